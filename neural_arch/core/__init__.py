@@ -1,0 +1,1 @@
+"""Core types shared by the package (``neural_arch.core.tensor.Tensor``)."""

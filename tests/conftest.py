@@ -1,0 +1,23 @@
+"""Shared fixtures: every test starts and ends with a clean environment and no process group."""
+
+import os
+
+import pytest
+import torch.distributed as dist
+
+_LAUNCHER_VARS = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+    "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_distributed_state():
+    saved = dict(os.environ)
+    for key in _LAUNCHER_VARS:
+        os.environ.pop(key, None)
+    yield
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    os.environ.clear()
+    os.environ.update(saved)
