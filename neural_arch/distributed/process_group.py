@@ -10,6 +10,7 @@ an uninitialised process is world size 1, rank 0.
 
 from __future__ import annotations
 
+import atexit
 import warnings
 from datetime import timedelta
 from typing import Any, Optional, Union
@@ -93,6 +94,10 @@ def init_process_group(
     if chosen == "nccl":
         device_id = torch.device("cuda", cluster.local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device_id)
+    # Why: a process that exits with a live gloo group while a peer still computes can
+    # abort ("terminate called without an active exception"); leave politely at exit.
+    atexit.unregister(destroy_process_group)
+    atexit.register(destroy_process_group)
     if size == 1 and init_method == "env://":
         # Why: a world of one needs no rendezvous, so no port or MASTER_* variables either.
         dist.init_process_group(
