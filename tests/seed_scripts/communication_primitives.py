@@ -1,0 +1,28 @@
+# Seed 004 "Communication Primitives", verbatim after the one import line the snippet assumes.
+from neural_arch.distributed import init_process_group, get_world_size, reduce_scatter  # assumed by the seed
+from neural_arch.distributed import all_reduce, all_gather, broadcast, ReduceOp
+from neural_arch.core.tensor import Tensor
+import numpy as np
+
+# Initialize process group first
+init_process_group(backend="gloo")
+
+# All-reduce: Sum tensors across all processes
+tensor = Tensor(np.array([1.0, 2.0, 3.0]))
+reduced = all_reduce(tensor, ReduceOp.SUM)
+print(f"Reduced: {reduced.data}")  # Will be scaled by world_size
+
+# All-gather: Collect tensors from all processes
+gathered = all_gather(tensor)  # Returns list of tensors
+print(f"Gathered {len(gathered)} tensors")
+
+# Broadcast: Send tensor from one process to all
+broadcast_tensor = broadcast(tensor, src=0)  # From rank 0
+print(f"Broadcast: {broadcast_tensor.data}")
+
+# Reduce-scatter: Reduce and scatter chunks (ensure tensor size divisible by world_size)
+world_size = get_world_size()
+data = np.random.randn(world_size * 2, 3).astype(np.float32)
+large_tensor = Tensor(data)
+scattered = reduce_scatter(large_tensor, ReduceOp.AVERAGE)
+print(f"Scattered shape: {scattered.shape}")
