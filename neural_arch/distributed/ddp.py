@@ -67,14 +67,20 @@ class DistributedDataParallel(nn.Module):
                 device_ids=self._device_ids(module, device_ids),
                 bucket_cap_mb=self.bucket_size_mb,
                 find_unused_parameters=self.find_unused_parameters,
-                broadcast_buffers=broadcast_buffers,
                 gradient_as_bucket_view=gradient_as_bucket_view,
                 static_graph=static_graph,
+                **self._buffer_option(broadcast_buffers),
                 **torch_ddp_options,
             )
         # Not registered as a submodule: its parameters are self.module's, and the state
         # dict should read "module.<name>" exactly once.
         object.__setattr__(self, "_ddp", ddp)
+
+    @staticmethod
+    def _buffer_option(broadcast_buffers: bool) -> dict[str, bool]:
+        # torch 2.13 deprecates broadcast_buffers; True is its default either way, and
+        # False keeps the old meaning (no buffer sync at all), so pass it only then.
+        return {} if broadcast_buffers else {"broadcast_buffers": False}
 
     @staticmethod
     def _device_ids(module: nn.Module, device_ids: Optional[Sequence[int]]) -> Optional[list[int]]:
