@@ -106,10 +106,14 @@ def init_process_group(
         return
     if init_method == "env://" and (cluster.master_addr is None or cluster.master_port is None):
         raise ValueError(
-            f"rank {me} of {size}: MASTER_ADDR and MASTER_PORT are not set, so the ranks cannot "
-            "meet; start the script with `python -m neural_arch.distributed.launcher "
+            f"rank {me} of {size} ({cluster.source}): MASTER_ADDR and MASTER_PORT are not set, so "
+            "the ranks cannot meet; start the script with `python -m neural_arch.distributed.launcher "
             "--nproc_per_node=N script.py` (or torchrun), or pass init_method='tcp://HOST:PORT'."
         )
+    if init_method == "env://" and cluster.source != "torchrun":
+        # SLURM / MPI / LSF ranks have no MASTER_* variables for torch's env:// to read;
+        # the detector derived the address, so meet there directly.
+        init_method = f"tcp://{cluster.master_addr}:{cluster.master_port}"
     dist.init_process_group(
         chosen,
         init_method=init_method,
