@@ -16,11 +16,16 @@ never waits on a rank that ran out. ``IndexBatch.global_size`` is the size of th
 global batch, which is what exact loss weighting needs (see ``weighting.py``).
 
 ``state_dict()`` stores the global position (samples consumed in the epoch), which
-``load_state_dict`` restores at any world size: no sample is skipped or repeated.
+``load_state_dict`` restores at any world size: no sample is skipped or repeated. A restored
+epoch that was already complete yields nothing (it is not replayed); an epoch this sampler
+handed out itself starts again when iterated anew. The position counts what the sampler
+has *handed out*: take ``state_dict()`` where nothing is prefetched (a ``DataLoader`` with
+``num_workers=0``), or compute the position from the steps actually trained.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Iterator, Optional, Sized, Union
 
 import torch
@@ -39,9 +44,15 @@ class IndexBatch(list):
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    # operator.index accepts numpy and 0-d torch integers (e.g. `for epoch in np.arange(n)`)
+    # but not floats, which would otherwise be truncated silently.
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = None
+    if isinstance(value, bool) or number is None or number < minimum:
         raise ValueError(f"DistributedSampler: {name}={value!r} must be an integer >= {minimum}.")
-    return value
+    return number
 
 
 class DistributedSampler(Sampler):
@@ -80,6 +91,9 @@ class DistributedSampler(Sampler):
         self.drop_last = bool(drop_last)
         self.epoch = 0
         self._position = 0  # global samples of this epoch already handed out
+        # Whether a fully handed-out epoch starts again when iterated anew; False right after
+        # load_state_dict, so a checkpoint taken at the end of an epoch does not replay it.
+        self._restart_when_done = True
 
     # --- the epoch's global order -------------------------------------------------
     @property
@@ -104,10 +118,18 @@ class DistributedSampler(Sampler):
         if epoch != self.epoch:
             self.epoch = epoch
             self._position = 0
+            self._restart_when_done = True
 
     def _start(self) -> int:
-        # An epoch that was fully handed out starts again from 0 when iterated anew.
-        return self._position if self._position < self.samples_per_epoch else 0
+        end = self.samples_per_epoch
+        if self._position < end:
+            return self._position
+        return 0 if self._restart_when_done else end
+
+    def _begin(self) -> int:
+        start = self._start()
+        self._restart_when_done = True  # the epoch after this one is a fresh pass
+        return start
 
     # --- iteration ----------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -116,17 +138,18 @@ class DistributedSampler(Sampler):
         return self._iter_batches()
 
     def _iter_samples(self) -> Iterator[int]:
-        order, end, size = self.global_order(), self.samples_per_epoch, self.num_replicas
-        start = self._start()
+        start, end, size = self._begin(), self.samples_per_epoch, self.num_replicas
+        order = self.global_order().tolist()  # why: indexing a tensor per sample costs ~2 us
         for i in range(start + self.rank, end, size):
             self._position = min(i - self.rank + size, end)
-            yield int(order[i])
+            yield order[i]
         self._position = end
 
     def _iter_batches(self) -> Iterator[IndexBatch]:
         assert self.batch_size is not None
-        order, end = self.global_order(), self.samples_per_epoch
-        for first in range(self._start(), end, self.batch_size):
+        start, end = self._begin(), self.samples_per_epoch
+        order = self.global_order()
+        for first in range(start, end, self.batch_size):
             chunk = order[first : min(first + self.batch_size, end)]
             self._position = first + len(chunk)
             yield IndexBatch(chunk[self.rank :: self.num_replicas].tolist(), len(chunk))
@@ -164,11 +187,12 @@ class DistributedSampler(Sampler):
                     f"DistributedSampler.load_state_dict: saved {key}={state[key]!r} but this sampler "
                     f"has {key}={getattr(self, key)!r}; construct it with the same {key} to resume."
                 )
-        position = _check_int("position", int(state["position"]), 0)
+        position = _check_int("position", state["position"], 0)
         if position > self.dataset_size:
             raise ValueError(
                 f"DistributedSampler.load_state_dict: position {position} is past the dataset's "
                 f"{self.dataset_size} samples; the state belongs to another dataset."
             )
-        self.epoch = _check_int("epoch", int(state["epoch"]), 0)
+        self.epoch = _check_int("epoch", state["epoch"], 0)
         self._position = position
+        self._restart_when_done = False

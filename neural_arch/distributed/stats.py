@@ -12,12 +12,14 @@ rank computes bit-identical results. Unlike the sum / sum-of-squares formula
 
 from __future__ import annotations
 
+import math
 from typing import Sequence, TypeVar, Union
 
 import numpy as np
 import torch
 
 from neural_arch.distributed.collectives import all_gather
+from neural_arch.distributed.process_group import get_rank
 
 T = TypeVar("T", torch.Tensor, np.ndarray)
 Dims = Union[int, Sequence[int]]
@@ -43,7 +45,9 @@ def _flatten_reduced(x: torch.Tensor, dim: Dims) -> torch.Tensor:
     dims = sorted({d % x.dim() for d in dims})
     keep = [d for d in range(x.dim()) if d not in dims]
     moved = x.permute(dims + keep)
-    return moved.reshape((-1,) + tuple(x.shape[d] for d in keep))
+    # why not -1: reshape cannot infer it when a kept dimension is 0 (no elements at all)
+    count = math.prod(x.shape[d] for d in dims)
+    return moved.reshape((count,) + tuple(x.shape[d] for d in keep))
 
 
 def local_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -86,10 +90,20 @@ def global_mean_std(x: T, dim: Dims = 0, unbiased: bool = False) -> tuple[T, T]:
     """
     data = _flatten_reduced(_as_float64(x), dim)
     n, mean, m2 = local_moments(data)
-    packed = torch.cat([n.reshape(1), mean.reshape(-1), m2.reshape(-1)])
-    gathered = all_gather(packed)
-    features = mean.numel()
-    parts = [(p[0], p[1 : 1 + features], p[1 + features :]) for p in gathered]
+    # Shape [3, *features]: all_gather's shape check then compares every rank's per-sample
+    # shape, so ranks that disagree fail loudly instead of merging misaligned numbers.
+    packed = torch.stack([n.expand(mean.shape), mean, m2])
+    try:
+        gathered = all_gather(packed)
+    except ValueError as exc:
+        raise ValueError(
+            f"global_mean_std on rank {get_rank()}: ranks passed samples of different shapes "
+            f"(this rank: {tuple(data.shape[1:])} after reducing dim={dim!r} of {tuple(x.shape)}); "
+            "every rank must pass the same non-reduced dimensions, a rank without data an "
+            f"empty array such as shape (0, ...). Details: {exc}"
+        ) from exc
+    no_features = torch.tensor(0.0, dtype=torch.float64)  # count is irrelevant then
+    parts = [(p[0].reshape(-1)[0] if p[0].numel() else no_features, p[1], p[2]) for p in gathered]
     n, mean, m2 = merge_moments(parts)
     divisor = n - 1 if unbiased else n
     std = torch.sqrt(m2 / divisor) if divisor > 0 else torch.full_like(m2, float("nan"))
