@@ -6,6 +6,9 @@ The syntax is SLURM's (``scontrol show hostnames`` is the reference): a comma-se
 list whose commas inside brackets do not split; each item may hold several bracket groups
 (the expansion is their cartesian product, leftmost varying slowest); a group holds
 numbers and ``lo-hi`` ranges, and a zero-padded bound keeps its width (``[008-010]``).
+Literal suffixes after a group (``n[1-2]-ib``) are accepted, as newer SLURM does. With
+three or more groups in one name SLURM 22.05 lists the same hosts in a different order;
+the first host (the one that matters for the rendezvous) is the same.
 """
 
 from __future__ import annotations
