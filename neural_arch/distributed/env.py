@@ -61,6 +61,12 @@ class ClusterEnv:
     """Port of the rendezvous store, if known (given, or derived from the job id)."""
     job_id: Optional[str] = None
     """The scheduler's job id, when there is one."""
+    attempt: str = "0"
+    """Which start of the worker group this is (changes on every launcher restart)."""
+    backend: Optional[str] = None
+    """Backend the launcher asked for (``--backend``), if any."""
+    timeout: Optional[float] = None
+    """Collective timeout in seconds the launcher asked for (``--timeout``), if any."""
 
     def __post_init__(self) -> None:
         where = f"{self.source} environment"
@@ -119,6 +125,17 @@ def _master(environ: Environ, addr: Optional[str], port: Optional[int]) -> tuple
     return environ.get("MASTER_ADDR") or addr, env_int(environ, "MASTER_PORT", port)
 
 
+def _launcher_settings(environ: Environ) -> dict[str, object]:
+    """What our launcher passes its workers besides the torchrun variables."""
+    raw_timeout = environ.get("NEURAL_ARCH_TIMEOUT")
+    try:
+        timeout = float(raw_timeout) if raw_timeout else None
+    except ValueError:
+        raise ValueError(f"environment variable NEURAL_ARCH_TIMEOUT={raw_timeout!r} is not a number of seconds.") from None
+    attempt = environ.get("NEURAL_ARCH_ATTEMPT") or environ.get("TORCHELASTIC_RESTART_COUNT") or "0"
+    return {"attempt": attempt, "backend": environ.get("NEURAL_ARCH_BACKEND") or None, "timeout": timeout}
+
+
 def _rank_vars(source: str, environ: Environ) -> ClusterEnv:
     world = _int(environ, "WORLD_SIZE")
     local_world = env_int(environ, "LOCAL_WORLD_SIZE", world) or max(world, 1)
@@ -133,6 +150,7 @@ def _rank_vars(source: str, environ: Environ) -> ClusterEnv:
         master_addr=environ.get("MASTER_ADDR") or None,
         master_port=env_int(environ, "MASTER_PORT"),
         job_id=environ.get("TORCHELASTIC_RUN_ID"),
+        **_launcher_settings(environ),  # type: ignore[arg-type]
     )
 
 

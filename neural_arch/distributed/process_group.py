@@ -11,6 +11,7 @@ an uninitialised process is world size 1, rank 0.
 from __future__ import annotations
 
 import atexit
+import sys
 import warnings
 from datetime import timedelta
 from typing import Any, Optional, Union
@@ -19,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from neural_arch.distributed.env import detect_cluster_env
+from neural_arch.distributed.heartbeat import start_heartbeat, stop_heartbeat
 
 DEFAULT_TIMEOUT = timedelta(minutes=10)
 """How long a collective waits for a peer before failing (and naming it) instead of hanging."""
@@ -67,7 +69,7 @@ def init_process_group(
     init_method: str = "env://",
     world_size: Optional[int] = None,
     rank: Optional[int] = None,
-    timeout: Timeout = DEFAULT_TIMEOUT,
+    timeout: Optional[Timeout] = None,
 ) -> None:
     """Join (or create) the default process group; idempotent.
 
@@ -77,12 +79,15 @@ def init_process_group(
     """
     if not dist.is_available():
         raise RuntimeError("this PyTorch build has no torch.distributed support.")
-    chosen = resolve_backend(backend)
+    cluster = detect_cluster_env()
+    # Explicit arguments win over what the launcher asked for (--backend, --timeout).
+    chosen = resolve_backend(backend if backend is not None else cluster.backend)
+    if timeout is None:
+        timeout = cluster.timeout if cluster.timeout is not None else DEFAULT_TIMEOUT
     pg_timeout = _as_timedelta(timeout)
     if dist.is_initialized():
         _check_compatible(backend, chosen, world_size, rank)
         return
-    cluster = detect_cluster_env()
     size = cluster.world_size if world_size is None else int(world_size)
     me = cluster.rank if rank is None else int(rank)
     if size < 1 or not 0 <= me < size:
@@ -96,8 +101,8 @@ def init_process_group(
         torch.cuda.set_device(device_id)
     # Why: a process that exits with a live gloo group while a peer still computes can
     # abort ("terminate called without an active exception"); leave politely at exit.
-    atexit.unregister(destroy_process_group)
-    atexit.register(destroy_process_group)
+    atexit.unregister(_destroy_at_exit)
+    atexit.register(_destroy_at_exit)
     if size == 1 and init_method == "env://":
         # Why: a world of one needs no rendezvous, so no port or MASTER_* variables either.
         dist.init_process_group(
@@ -110,18 +115,34 @@ def init_process_group(
             "the ranks cannot meet; start the script with `python -m neural_arch.distributed.launcher "
             "--nproc_per_node=N script.py` (or torchrun), or pass init_method='tcp://HOST:PORT'."
         )
-    if init_method == "env://" and cluster.source != "torchrun":
-        # SLURM / MPI / LSF ranks have no MASTER_* variables for torch's env:// to read;
-        # the detector derived the address, so meet there directly.
-        init_method = f"tcp://{cluster.master_addr}:{cluster.master_port}"
-    dist.init_process_group(
-        chosen,
-        init_method=init_method,
-        world_size=size,
-        rank=me,
-        timeout=pg_timeout,
-        device_id=device_id,
-    )
+    if init_method == "env://" and cluster.source == "torchrun":
+        _init_under_elastic(chosen, size, me, pg_timeout, device_id, cluster.job_id, cluster.attempt)
+    else:
+        if init_method == "env://":
+            # SLURM / MPI / LSF ranks have no MASTER_* variables for torch's env:// to read;
+            # the detector derived the address, so meet there directly.
+            init_method = f"tcp://{cluster.master_addr}:{cluster.master_port}"
+        dist.init_process_group(
+            chosen, init_method=init_method, world_size=size, rank=me, timeout=pg_timeout, device_id=device_id
+        )
+    start_heartbeat(me, size)
+
+
+def _init_under_elastic(
+    backend: str, size: int, rank: int, timeout: timedelta, device_id: Optional[torch.device],
+    run_id: Optional[str], attempt: str,
+) -> None:
+    """Join through the elastic agent's store, under keys unique to this attempt.
+
+    Why: torchrun's agent keeps one store for the whole job, and gloo publishes each rank's
+    listening address under the same keys in every attempt. After a restart a fast rank
+    could read a dead worker's address and fail with "connectFullMesh ... Connection
+    refused" or hang (about half of plain torchrun restarts on 2 cores). A per-attempt
+    prefix makes stale keys invisible.
+    """
+    store, _, _ = next(dist.rendezvous("env://", rank, size, timeout=timeout))
+    prefixed = dist.PrefixStore(f"neural_arch/{run_id}/attempt-{attempt}", store)
+    dist.init_process_group(backend, store=prefixed, world_size=size, rank=rank, timeout=timeout, device_id=device_id)
 
 
 def _check_compatible(
@@ -158,6 +179,7 @@ def destroy_process_group() -> None:
     if dist.get_world_size() > 1:
         try:
             dist.barrier()
+            stop_heartbeat()  # after the barrier: a slow peer may still need our heartbeat
         except Exception as exc:  # noqa: BLE001 - shutdown must not raise over a dead peer
             warnings.warn(
                 f"rank {dist.get_rank()}: barrier before destroy_process_group failed ({exc}); "
@@ -165,7 +187,20 @@ def destroy_process_group() -> None:
                 RuntimeWarning,
                 stacklevel=2,
             )
+    stop_heartbeat()
     dist.destroy_process_group()
+
+
+def _destroy_at_exit() -> None:
+    if not dist.is_initialized():
+        return
+    if getattr(sys, "last_value", None) is not None:
+        # Dying of an uncaught exception: a barrier would wait for healthy peers until the
+        # timeout, delaying the launcher's restart. Leave at once.
+        stop_heartbeat()
+        dist.destroy_process_group()
+        return
+    destroy_process_group()
 
 
 def is_initialized() -> bool:

@@ -1,0 +1,105 @@
+"""The elastic agent behind our launcher: torch's ``LocalElasticAgent`` with robust restarts.
+
+Used by ``DistributedLauncher`` (launcher.py); not run directly.
+
+torch.distributed.elastic supervises the workers (start, monitor, restart, rendezvous);
+this subclass changes three things, each found by reproducing failed restarts:
+
+1. **A fresh worker store per attempt.** torchrun's agent keeps one TCPStore for the whole
+   job; gloo publishes every rank's listening address under the same keys each attempt, so
+   a restarted rank could read a dead worker's address ("connectFullMesh failed ...
+   Connection refused", or a hang: ~half of plain torchrun restarts here). Node 0's agent
+   now starts a new store on a free port for every worker group, and every attempt gets a
+   unique id (``NEURAL_ARCH_ATTEMPT``) that init_process_group also uses as a key prefix.
+2. **Old workers fully gone.** After torch stops a group, any process left in the old
+   workers' process groups (data loader workers, subprocesses) is SIGKILLed before the
+   next attempt starts.
+3. **Every attempt's failures are kept**, so the final summary names the rank that
+   started the trouble, not just the last attempt's casualties.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Optional
+
+import torch.distributed as dist
+from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """One worker's failure in one attempt."""
+
+    attempt: int
+    rank: int
+    local_rank: int
+    pid: int
+    exitcode: int
+    signal: Optional[str]
+    message: Any
+    timestamp: float
+
+
+class RobustElasticAgent(LocalElasticAgent):
+    """LocalElasticAgent with a fresh store per attempt, thorough stops and failure history."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fresh_store: Optional[dist.TCPStore] = None
+        self._attempts = 0
+        self.failure_history: list[FailureRecord] = []
+
+    def _rendezvous(self, worker_group: WorkerGroup) -> None:
+        super()._rendezvous(worker_group)
+        self._attempts += 1
+        handler = worker_group.spec.rdzv_handler
+        # A dynamic rendezvous store is already prefixed per round; the static one is shared
+        # by all attempts (whose count all agents agree on, since they restart together).
+        key = "neural_arch/attempt" + (f"/{self._attempts}" if handler.get_backend() == "static" else "")
+        if worker_group.group_rank == 0:
+            port = worker_group.master_port
+            if handler.use_agent_store:
+                old, self._fresh_store = self._fresh_store, dist.TCPStore(
+                    worker_group.master_addr, 0, is_master=True, multi_tenant=True,
+                    wait_for_workers=False, timeout=timedelta(seconds=300),
+                )
+                del old  # the previous attempt's keys die with its server
+                port = self._fresh_store.port
+            self._store.set(key, f"{port} {uuid.uuid4().hex[:12]}")
+        port_text, attempt_id = self._store.get(key).decode().split()
+        worker_group.master_port = int(port_text)
+        # Workers inherit the agent's environment: this names the attempt for their keys.
+        os.environ["NEURAL_ARCH_ATTEMPT"] = f"{self._attempts}-{attempt_id}"
+
+    def _stop_workers(self, worker_group: WorkerGroup) -> None:
+        pgids = list(self._pcontext.pids().values()) if self._pcontext else []
+        super()._stop_workers(worker_group)
+        deadline = time.monotonic() + 10
+        for pgid in pgids:  # workers lead their own process groups
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    break
+                time.sleep(0.05)
+
+    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        result = super()._monitor_workers(worker_group)
+        if result.state == WorkerState.FAILED:
+            for rank, failure in result.failures.items():
+                self.failure_history.append(
+                    FailureRecord(
+                        attempt=self._attempts - 1, rank=rank, local_rank=failure.local_rank,
+                        pid=failure.pid, exitcode=failure.exitcode,
+                        signal=failure.signal_name() if failure.exitcode < 0 else None,
+                        message=failure.message, timestamp=failure.timestamp,
+                    )
+                )
+        return result

@@ -1,0 +1,83 @@
+"""Turn the agent's failure history into a summary a person can act on.
+
+Used by the launcher when a job fails; ``format_failure_summary(records, log_dir)``.
+It names each failed rank, its exit code or signal, and the last lines of that rank's
+own output for that attempt (from ``rank_N.log``), or its recorded Python traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional, Sequence
+
+from neural_arch.distributed.agent import FailureRecord
+
+TAIL_LINES = 12
+
+
+def _section_for_pid(log: Path, pid: int) -> list[str]:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    start: Optional[int] = None
+    for i, line in enumerate(lines):
+        if line.startswith("--- neural_arch worker:"):
+            if start is not None:
+                return lines[start:i]
+            if re.search(rf"pid {pid} ---$", line):
+                start = i + 1
+    return lines[start:] if start is not None else []
+
+
+def _traceback_tail(message: object) -> list[str]:
+    if isinstance(message, dict):
+        stack = message.get("extraInfo", {}).get("py_callstack", "")
+        if stack:
+            return stack.rstrip().splitlines()
+    return []
+
+
+def describe(record: FailureRecord) -> str:
+    """``rank 1 (local rank 1, pid 42): killed by signal SIGKILL``."""
+    how = f"killed by signal {record.signal}" if record.signal else f"exited with code {record.exitcode}"
+    return f"rank {record.rank} (local rank {record.local_rank}, pid {record.pid}): {how}"
+
+
+def format_failure_summary(
+    records: Sequence[FailureRecord], log_dir: Optional[Path], max_restarts: int, show_log_path: bool = True
+) -> str:
+    """Multi-line summary of every attempt's failures; the earliest is the root cause."""
+    if not records:
+        return "neural_arch launcher: the job failed, but no worker failure was recorded."
+    ordered = sorted(records, key=lambda r: (r.attempt, r.timestamp))
+    attempts = ordered[-1].attempt + 1
+    out = [
+        f"neural_arch launcher: job failed after {attempts} attempt(s) (max_restarts={max_restarts}).",
+        f"  root cause: attempt {ordered[0].attempt}, {describe(ordered[0])}",
+    ]
+    first_of_attempt: dict[int, FailureRecord] = {}
+    for record in ordered:
+        first_of_attempt.setdefault(record.attempt, record)
+    for record in ordered:
+        if record is ordered[0]:
+            continue
+        # The launcher SIGTERMs the rest of a group once one worker failed.
+        collateral = record.signal == "SIGTERM" and first_of_attempt[record.attempt] is not record
+        label = "stopped by the launcher" if collateral else "also failed"
+        out.append(f"  {label}: attempt {record.attempt}, {describe(record)}")
+    for record in ordered:
+        lines: list[str] = []
+        source = ""
+        if log_dir is not None:
+            lines = [l for l in _section_for_pid(log_dir / f"rank_{record.rank}.log", record.pid) if l.strip()]
+            source = str(log_dir / f"rank_{record.rank}.log") if show_log_path else "its output"
+        if not lines:
+            lines, source = _traceback_tail(record.message), "its error file"
+        if lines:
+            out.append(f"  last lines of rank {record.rank}, attempt {record.attempt} ({source}):")
+            out.extend(f"    | {line}" for line in lines[-TAIL_LINES:])
+        else:
+            out.append(f"  rank {record.rank}, attempt {record.attempt} printed nothing before it died.")
+    return "\n".join(out)

@@ -1,0 +1,235 @@
+"""Start a distributed job: N workers per node, restarted as a group when one fails.
+
+Run: ``python -m neural_arch.distributed.launcher --nproc_per_node=2 train.py --lr 0.1``
+(or the seeds' order ``... launcher train.py --nproc_per_node=2``, or ``neural-arch launch``).
+Python: ``DistributedLauncher(LaunchConfig(nproc_per_node=2)).launch("train.py", "--lr", "0.1")``.
+
+Built on torch.distributed.elastic (agent, rendezvous, restarts; see agent.py for what we
+change). Workers see exactly torchrun's variables, so torchrun/Fabric/Accelerate scripts
+run unmodified. One node without ``--master_port`` gets a free port from the OS (two jobs
+never collide); ``--nnodes=MIN:MAX`` is an elastic job over a c10d rendezvous.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import torch
+from torch.distributed.elastic.agent.server.api import WorkerSpec
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+
+from neural_arch.distributed.agent import RobustElasticAgent
+from neural_arch.distributed.failures import format_failure_summary
+from neural_arch.distributed.launch_args import LaunchUsageError, parse_launch_args
+
+
+@dataclass
+class LaunchConfig:
+    """How to start the workers of one node."""
+
+    nproc_per_node: Union[int, str] = 1
+    """Workers on this node; ``"auto"`` = number of GPUs, else of CPU cores."""
+    nnodes: Union[int, str] = 1
+    """Nodes in the job: ``N``, or ``"MIN:MAX"`` for an elastic job."""
+    node_rank: int = 0
+    """This node's index, 0..N-1 (static multi-node jobs)."""
+    master_addr: str = "127.0.0.1"
+    """Host of node 0, where the rendezvous store runs."""
+    master_port: Optional[int] = None
+    """Port on node 0; None on one node = a free port chosen by the OS."""
+    backend: Optional[str] = None
+    """Backend the workers' ``init_process_group()`` uses (None: nccl with GPUs, else gloo)."""
+    max_restarts: int = 3
+    """How often the whole group is restarted after a failure before the job fails."""
+    monitor_interval: float = 0.1
+    """Seconds between checks of the workers' health."""
+    start_timeout: float = 600
+    """Seconds to wait for all nodes to join the rendezvous."""
+    log_dir: Optional[str] = None
+    """Directory for ``rank_N.log`` (each rank's whole output)."""
+    timeout: Optional[float] = None
+    """Collective timeout in seconds for the workers; a hung rank fails the group after it."""
+    run_id: Optional[str] = None
+    """Job id shared by all nodes (elastic jobs); default: derived from the master address."""
+    rank0_only: bool = False
+    """Show only rank 0's output on the console (all ranks still write their logs)."""
+    shutdown_timeout: int = 5
+    """Seconds a stopping worker gets after SIGTERM before SIGKILL."""
+
+    def __post_init__(self) -> None:
+        self.min_nodes, self.max_nodes = _parse_nnodes(self.nnodes)
+        self.nproc = _parse_nproc(self.nproc_per_node)
+        for name in ("node_rank", "max_restarts"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 0.")
+        if self.min_nodes == self.max_nodes and self.node_rank >= self.max_nodes:
+            raise ValueError(f"node_rank={self.node_rank} must be smaller than nnodes={self.max_nodes}.")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise ValueError(f"master_port={self.master_port} is not a TCP port (1..65535).")
+        if self.max_nodes > 1 and self.master_port is None:
+            raise ValueError("a multi-node job needs --master_port so that every node meets at the same port.")
+        for name in ("monitor_interval", "start_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be > 0 seconds.")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"timeout={self.timeout} must be > 0 seconds.")
+        if self.backend not in (None, "auto", "gloo", "nccl"):
+            raise ValueError(f"backend={self.backend!r} must be 'gloo', 'nccl' or None (auto).")
+
+
+def _parse_nnodes(value: Union[int, str]) -> tuple[int, int]:
+    text = str(value)
+    try:
+        lo, _, hi = text.partition(":")
+        low, high = int(lo), int(hi or lo)
+    except ValueError:
+        raise ValueError(f"nnodes={value!r} must be N or MIN:MAX, e.g. 2 or 1:4.") from None
+    if not 1 <= low <= high:
+        raise ValueError(f"nnodes={value!r} needs 1 <= MIN <= MAX.")
+    return low, high
+
+
+def _parse_nproc(value: Union[int, str]) -> int:
+    if str(value) == "auto":
+        return torch.cuda.device_count() if torch.cuda.is_available() else (os.cpu_count() or 1)
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError(f"nproc_per_node={value!r} must be a positive integer or 'auto'.") from None
+    if count < 1:
+        raise ValueError(f"nproc_per_node={value!r} must be >= 1.")
+    return count
+
+
+def _is_local(addr: str) -> bool:
+    if addr in ("localhost", "0.0.0.0") or addr.startswith("127."):
+        return True
+    try:
+        return socket.gethostbyname(addr) in ("127.0.0.1", socket.gethostbyname(socket.gethostname()))
+    except OSError:
+        return False
+
+
+def check_port_free(addr: str, port: int) -> None:
+    """Fail at once, with a clear message, if another process listens on ``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "in use"
+        try:
+            probe.bind(("", port))
+        except OSError:
+            raise RuntimeError(
+                f"master port {port} on {addr} is already in use (another job?); pass another "
+                "--master_port, or omit it on a single node to use a free port."
+            ) from None
+
+
+class DistributedLauncher:
+    """Launch a script on this node's workers; ``launch()`` returns the job's exit code."""
+
+    def __init__(self, config: LaunchConfig) -> None:
+        self.config = config
+
+    def _rendezvous(self, run_id: str) -> RendezvousParameters:
+        c = self.config
+        if c.min_nodes != c.max_nodes:  # elastic: nodes may come and go
+            return RendezvousParameters(
+                backend="c10d", endpoint=f"{c.master_addr}:{c.master_port}", run_id=run_id,
+                min_nodes=c.min_nodes, max_nodes=c.max_nodes,
+                join_timeout=c.start_timeout, last_call_timeout=2,
+            )
+        if c.max_nodes == 1 and c.master_port is None:
+            # Port 0: the OS picks a free port atomically, so concurrent jobs never collide.
+            return RendezvousParameters(backend="c10d", endpoint="127.0.0.1:0", run_id=run_id,
+                                        min_nodes=1, max_nodes=1, join_timeout=c.start_timeout)
+        return RendezvousParameters(
+            backend="static", endpoint=f"{c.master_addr}:{c.master_port}", run_id=run_id,
+            min_nodes=c.max_nodes, max_nodes=c.max_nodes, rank=c.node_rank, timeout=c.start_timeout,
+        )
+
+    def _worker_args(self, script: str, args: Sequence[str], log_dir: Path) -> tuple[str, ...]:
+        console = "rank0" if self.config.rank0_only else "all"
+        return ("-u", "-m", "neural_arch.distributed.worker", "--console", console,
+                "--log-dir", str(log_dir), script, *args)
+
+    def launch(self, script: str, *args: str) -> int:
+        """Run ``script args`` on every worker; 0 on success, non-zero (with a summary) on failure."""
+        c = self.config
+        if not Path(script).is_file():
+            raise ValueError(f"script {script!r} not found; pass the path of a Python file.")
+        if c.master_port is not None and c.node_rank == 0 and c.min_nodes == c.max_nodes and _is_local(c.master_addr):
+            check_port_free(c.master_addr, c.master_port)
+        run_id = c.run_id or (f"na-{c.master_addr}-{c.master_port}" if c.max_nodes > 1 else uuid.uuid4().hex[:12])
+        with tempfile.TemporaryDirectory(prefix="neural_arch_") as scratch:
+            log_dir = Path(c.log_dir) if c.log_dir else Path(scratch) / "logs"
+            params = self._rendezvous(run_id)
+            spec = WorkerSpec(
+                role="worker", local_world_size=c.nproc, entrypoint=sys.executable,
+                args=self._worker_args(script, args, log_dir), rdzv_handler=get_rendezvous_handler(params),
+                max_restarts=c.max_restarts, monitor_interval=c.monitor_interval,
+                master_addr=c.master_addr if params.backend == "static" else None,
+                master_port=c.master_port if params.backend == "static" else None,
+            )
+            agent = RobustElasticAgent(spec=spec, logs_specs=DefaultLogsSpecs(log_dir=str(Path(scratch) / "elastic")),
+                                       shutdown_timeout=c.shutdown_timeout)
+            saved = dict(os.environ)
+            os.environ.update(self._worker_environment())
+            try:
+                result = agent.run()
+            finally:
+                spec.rdzv_handler.shutdown()
+                os.environ.clear()
+                os.environ.update(saved)
+            if result.is_failed():
+                summary = format_failure_summary(agent.failure_history, log_dir, c.max_restarts, show_log_path=bool(c.log_dir))
+                print(summary, file=sys.stderr, flush=True)
+                return 1
+        return 0
+
+    def _worker_environment(self) -> dict[str, str]:
+        env = {}
+        if self.config.backend not in (None, "auto"):
+            env["NEURAL_ARCH_BACKEND"] = str(self.config.backend)
+        if self.config.timeout is not None:
+            env["NEURAL_ARCH_TIMEOUT"] = str(self.config.timeout)
+        if "OMP_NUM_THREADS" not in os.environ and self.config.nproc > 1:
+            # As torchrun: N workers sharing the cores should not each start all threads.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.config.nproc))
+        return env
+
+
+def launch_distributed_training(script: str, *args: str, **options: object) -> int:
+    """``launch_distributed_training("train.py", "--lr", "0.1", nproc_per_node=2)`` -> exit code."""
+    return DistributedLauncher(LaunchConfig(**options)).launch(script, *args)  # type: ignore[arg-type]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """CLI entry: usage mistakes exit 2 with one line; a failed job exits 1 with a summary."""
+    try:
+        ns = parse_launch_args(sys.argv[1:] if argv is None else argv)
+        config = LaunchConfig(
+            nproc_per_node=ns.nproc_per_node, nnodes=ns.nnodes, node_rank=ns.node_rank,
+            master_addr=ns.master_addr, master_port=ns.master_port, backend=ns.backend,
+            max_restarts=ns.max_restarts, monitor_interval=ns.monitor_interval,
+            start_timeout=ns.start_timeout, log_dir=ns.log_dir, timeout=ns.timeout,
+            run_id=ns.run_id, rank0_only=ns.rank0_only,
+        )
+        return DistributedLauncher(config).launch(ns.script, *ns.script_args)
+    except (ValueError, LaunchUsageError) as exc:
+        print(f"neural-arch launch: error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        print(f"neural-arch launch: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

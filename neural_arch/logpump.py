@@ -1,0 +1,47 @@
+"""Copy a worker's output to its log file and the console, in a process of its own.
+
+Started by ``neural_arch.distributed.worker`` as
+``python -m neural_arch.logpump PREFIX LOG_PATH SHOW`` with the worker's output pipe as
+stdin; not meant to be run by hand.
+
+Why a separate process: a worker killed by SIGKILL cannot flush anything, but a pump in
+another process still reads every byte the worker wrote before it died. The pump ignores
+SIGINT/SIGTERM (a stopping job must not lose its last lines) and exits when the pipe
+closes. It imports nothing heavy, so it starts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def pump(prefix: bytes, log_path: str, show: bool) -> None:
+    """Read stdin to EOF; append raw lines to ``log_path``, prefixed lines to stdout."""
+    log = open(log_path, "ab", buffering=0) if log_path else None
+    pending = b""
+    while True:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        _emit(lines, prefix, log, show)
+    if pending:
+        _emit([pending], prefix, log, show)
+
+
+def _emit(lines: list[bytes], prefix: bytes, log: object, show: bool) -> None:
+    if log is not None:
+        log.write(b"".join(line + b"\n" for line in lines))  # type: ignore[attr-defined]
+    if show:
+        data = b"".join(prefix + line + b"\n" for line in lines)
+        while data:
+            data = data[os.write(1, data) :]
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pump(sys.argv[1].encode(), sys.argv[2], sys.argv[3] == "1")
