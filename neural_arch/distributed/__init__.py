@@ -32,6 +32,8 @@ from neural_arch.distributed.weighting import global_batch_loss, global_count, z
 __all__ = [
     "ClusterEnv",
     "DistributedDataParallel",
+    "DistributedLauncher",
+    "LaunchConfig",
     "DistributedSampler",
     "IndexBatch",
     "ReduceOp",
@@ -53,7 +55,20 @@ __all__ = [
     "global_mean_std",
     "init_process_group",
     "is_initialized",
+    "launch_distributed_training",
     "no_sync",
     "reduce_scatter",
     "zero_loss",
 ]
+
+_LAZY = {"DistributedLauncher", "LaunchConfig", "launch_distributed_training"}
+
+
+def __getattr__(name: str) -> object:
+    # Why lazy: importing launcher.py here would make `python -m neural_arch.distributed.launcher`
+    # execute a module that is already imported (runpy warns, and it runs twice).
+    if name in _LAZY:
+        from neural_arch.distributed import launcher
+
+        return getattr(launcher, name)
+    raise AttributeError(f"module 'neural_arch.distributed' has no attribute {name!r}")
