@@ -1,4 +1,5 @@
-"""The seeds' code snippets run as written: with plain ``python`` and on 2 ranks.
+"""The seeds' code snippets run as written: with plain ``python``, and on 2 ranks through
+our launcher (in the seeds' argument order) and through torchrun.
 
 Run: ``.venv/bin/python -m pytest tests/test_seed_scripts.py``
 The scripts live in tests/seed_scripts/ (verbatim from seed 004; fill-ins are marked).
@@ -17,31 +18,39 @@ from tests.helpers.multiproc import free_port
 SEEDS = Path(__file__).parent / "seed_scripts"
 
 
-def run_script(name: str, ranks: int) -> str:
+# How a script is started: plain python (1 process), our launcher, torchrun (2 ranks each).
+STARTERS = ["python", "launcher", "torchrun"]
+
+
+def run_script(name: str, starter: str) -> str:
     script = str(SEEDS / name)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    if ranks == 1:
+    if starter == "python":
         cmd = [sys.executable, script]
+    elif starter == "launcher":  # the seeds' own argument order: script, then options
+        cmd = [sys.executable, "-m", "neural_arch.distributed.launcher", script, "--nproc_per_node=2", "--backend=gloo"]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                "--master_addr=127.0.0.1", f"--master_port={free_port()}", script]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"{name} on {ranks} rank(s) failed:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, f"{name} via {starter} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_basic_functionality(ranks):
-    out = run_script("basic_functionality.py", ranks)
+@pytest.mark.parametrize("starter", STARTERS)
+def test_basic_functionality(starter):
+    ranks = 1 if starter == "python" else 2
+    out = run_script("basic_functionality.py", starter)
     # The seed pins world_size=1, rank=0, so each process is its own world of one.
     assert out.count("World size: 1, Rank: 0") == ranks
     assert out.count("All-reduce result: tensor([1., 2., 3.])") == ranks
     assert out.count("Sampler generated 100 indices") == ranks
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_communication_primitives(ranks):
-    out = run_script("communication_primitives.py", ranks)
+@pytest.mark.parametrize("starter", STARTERS)
+def test_communication_primitives(starter):
+    ranks = 1 if starter == "python" else 2
+    out = run_script("communication_primitives.py", starter)
     reduced = "[1., 2., 3.]" if ranks == 1 else "[2., 4., 6.]"
     assert out.count(f"Reduced: tensor({reduced})") == ranks
     assert out.count(f"Gathered {ranks} tensors") == ranks
@@ -49,9 +58,10 @@ def test_communication_primitives(ranks):
     assert out.count("Scattered shape: torch.Size([2, 3])") == ranks
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_training_template(ranks):
-    out = run_script("training_template_cpu.py", ranks)
+@pytest.mark.parametrize("starter", STARTERS)
+def test_training_template(starter):
+    ranks = 1 if starter == "python" else 2
+    out = run_script("training_template_cpu.py", starter)
     hashes = re.findall(r"rank (\d) weights ([0-9a-f]+)", out)
     assert sorted(int(r) for r, _ in hashes) == list(range(ranks))
     assert len({h for _, h in hashes}) == 1, f"ranks ended with different weights: {hashes}"
