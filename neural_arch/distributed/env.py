@@ -190,7 +190,8 @@ def _openmpi(environ: Environ) -> Optional[ClusterEnv]:
         world_size=world,
         local_rank=env_int(environ, "OMPI_COMM_WORLD_LOCAL_RANK", 0) or 0,
         local_world_size=local_world,
-        node_rank=env_int(environ, "OMPI_COMM_WORLD_NODE_RANK", 0) or 0,
+        # OMPI_COMM_WORLD_NODE_RANK is a rank *within* the node, not the node's index.
+        node_rank=_int(environ, "OMPI_COMM_WORLD_RANK") // local_world,
         num_nodes=-(-world // local_world),
         master_addr=addr,
         master_port=port,

@@ -1,0 +1,68 @@
+"""Real schedulers form the world by detection alone: SLURM (srun, sbatch) and OpenMPI (mpirun).
+
+Run: ``.venv/bin/python -m pytest tests/test_clusters.py`` (as root, with Debian's slurm-wlm,
+munge and openmpi-bin installed; ``.ci/run`` installs them). Tests skip with the reason
+when a program is missing. No torchrun or launcher is involved: the probe script calls
+``init_process_group()`` and the ranks must find each other from the scheduler's variables.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.clusters import local_slurm, slurm_missing_reason
+
+PROBE = str(Path(__file__).parent / "scripts" / "launch_probe.py")
+
+
+def records(out: Path) -> list[dict]:
+    return sorted((json.loads(p.read_text()) for p in out.glob("rank_*.json")), key=lambda r: r["rank"])
+
+
+def assert_two_rank_world(out: Path, source: str) -> None:
+    got = records(out)
+    assert [r["rank"] for r in got] == [0, 1], got
+    assert all(r["source"] == source and r["world"] == 2 and r["sum"] == 1.0 for r in got), got
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    reason = slurm_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    with local_slurm() as cluster:
+        yield cluster
+
+
+def test_srun_forms_a_two_rank_world(slurm, tmp_path):
+    proc = subprocess.run(["srun", "-n", "2", "--time=2", sys.executable, PROBE, str(tmp_path), "ok"],
+                          env=slurm.env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_two_rank_world(tmp_path, "slurm")
+
+
+def test_sbatch_wait_job_script(slurm, tmp_path):
+    job = tmp_path / "job.sh"
+    job.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --ntasks=2\n"
+        "#SBATCH --time=2\n"
+        f"#SBATCH --output={tmp_path}/slurm-%j.out\n"
+        f"srun {sys.executable} {PROBE} {tmp_path} ok\n"
+    )
+    proc = subprocess.run(["sbatch", "--wait", str(job)], env=slurm.env, capture_output=True, text=True, timeout=180)
+    logs = "".join(p.read_text() for p in tmp_path.glob("slurm-*.out"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + logs
+    assert_two_rank_world(tmp_path, "slurm")
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not found: install Debian's openmpi-bin (.ci/run does)")
+def test_mpirun_forms_a_two_rank_world(tmp_path):
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, PROBE, str(tmp_path), "ok"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_two_rank_world(tmp_path, "openmpi")
