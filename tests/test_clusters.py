@@ -66,3 +66,20 @@ def test_mpirun_forms_a_two_rank_world(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert_two_rank_world(tmp_path, "openmpi")
+
+
+@pytest.mark.parametrize("script, tasks", [("train_distributed.sh", 2), ("train_distributed_multinode.sh", 2), ("train.sh", 1)])
+def test_hpc_job_scripts_run_on_slurm(slurm, tmp_path, script, tasks):
+    # Shrunk to this one node by command-line options, which override the #SBATCH lines.
+    hpc = Path(__file__).parents[1] / "hpc" / script
+    cmd = ["sbatch", "--wait", "--nodes=1", f"--ntasks-per-node={tasks}", f"--ntasks={tasks}", "--cpus-per-task=1",
+           "--time=5", f"--output={tmp_path}/slurm-%j.out", str(hpc), PROBE, str(tmp_path), "ok"]
+    env = dict(slurm.env, PATH=f"{Path(sys.executable).parent}:{slurm.env['PATH']}")  # `python` = this venv
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    logs = "".join(p.read_text() for p in tmp_path.glob("slurm-*.out"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + logs
+    got = records(tmp_path)
+    assert [r["rank"] for r in got] == list(range(tasks)), logs
+    assert all(r["world"] == tasks for r in got)
+    if tasks > 1:
+        assert all(r["source"] == "slurm" for r in got)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional
 
 from neural_arch.distributed.hostlist import expand_hostlist
@@ -126,7 +126,8 @@ def _master(environ: Environ, addr: Optional[str], port: Optional[int]) -> tuple
 
 
 def _launcher_settings(environ: Environ) -> dict[str, object]:
-    """What our launcher passes its workers besides the torchrun variables."""
+    """What our launcher (or a job script) asks of init_process_group besides the ranks:
+    NEURAL_ARCH_BACKEND, NEURAL_ARCH_TIMEOUT (seconds), NEURAL_ARCH_ATTEMPT."""
     raw_timeout = environ.get("NEURAL_ARCH_TIMEOUT")
     try:
         timeout = float(raw_timeout) if raw_timeout else None
@@ -150,7 +151,6 @@ def _rank_vars(source: str, environ: Environ) -> ClusterEnv:
         master_addr=environ.get("MASTER_ADDR") or None,
         master_port=env_int(environ, "MASTER_PORT"),
         job_id=environ.get("TORCHELASTIC_RUN_ID"),
-        **_launcher_settings(environ),  # type: ignore[arg-type]
     )
 
 
@@ -347,5 +347,5 @@ def detect_cluster_env(environ: Optional[Environ] = None) -> ClusterEnv:
     for _name, detector in DETECTORS:
         found = detector(environ)
         if found is not None:
-            return found
+            return replace(found, **_launcher_settings(environ))  # type: ignore[arg-type]
     raise AssertionError("the local detector always matches")
