@@ -60,13 +60,17 @@ def test_failed_rank_traceback_is_in_the_summary(tmp_path):
     assert "ChildFailedError" not in proc.stderr
 
 
-def test_hung_rank_is_named_within_a_bounded_time(tmp_path):
+@pytest.mark.parametrize("mode, diagnosis", [
+    ("hang1", "did not arrive: rank 1 (entered only"),  # sleeps outside any collective
+    ("stop1", "did not arrive: rank 1 (silent for"),    # SIGSTOPped: no heartbeat either
+])
+def test_hung_rank_is_named_within_a_bounded_time(tmp_path, mode, diagnosis):
     start = time.monotonic()
-    proc = launch("--nproc_per_node=2", "--max_restarts=0", "--timeout=10", PROBE, str(tmp_path), "hang1", timeout=90)
+    proc = launch("--nproc_per_node=2", "--max_restarts=0", "--timeout=10", PROBE, str(tmp_path), mode, timeout=90)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
     assert elapsed < 60, f"took {elapsed:.0f} s"
-    assert "did not arrive: rank 1 (entered only" in proc.stdout + proc.stderr
+    assert diagnosis in proc.stdout + proc.stderr
 
 
 def test_two_launchers_form_one_world_of_four(tmp_path):
@@ -164,3 +168,18 @@ def test_python_api(tmp_path):
     assert launch_distributed_training(PROBE, str(tmp_path), "ok", nproc_per_node=2, backend="gloo") == 0
     with pytest.raises(ValueError, match="max_restarts=-1"):
         LaunchConfig(max_restarts=-1)
+
+
+def test_neural_arch_cli_launch_and_env(tmp_path):
+    cli = [sys.executable, "-m", "neural_arch.cli"]
+    proc = subprocess.run(cli + ["launch", "--nproc_per_node=2", PROBE, str(tmp_path), "ok"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(r["rank"] for r in records(tmp_path).values()) == [0, 1]
+    env = subprocess.run(cli + ["env"], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, SLURM_PROCID="1", SLURM_STEP_ID="0", SLURM_NTASKS="2", SLURM_JOB_NODELIST="cn[1-2]",
+                                  SLURM_JOB_ID="77", SLURM_TASKS_PER_NODE="1(x2)", SLURM_NODEID="1"))
+    assert env.returncode == 0, env.stderr
+    assert "cluster:          slurm" in env.stdout and "rank:             1 of 2" in env.stdout
+    assert "master:           cn1:" in env.stdout and "free port:" in env.stdout and "torch 2." in env.stdout
+    bad = subprocess.run(cli + ["frobnicate"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown command 'frobnicate'" in bad.stderr and "Traceback" not in bad.stderr

@@ -3,7 +3,7 @@
 Every rank joins the group, all-reduces its rank, and writes what it saw to
 OUT_DIR/rank_<RANK>_attempt_<TORCHELASTIC_RESTART_COUNT>.json. MODE adds a fault:
 ``kill1`` (rank 1 SIGKILLs itself on the first attempt), ``hang1`` (rank 1 sleeps forever
-before the collective), ``fail1`` (rank 1 raises on every attempt), ``ok``.
+before the collective), ``stop1`` (rank 1 SIGSTOPs itself), ``fail1`` (rank 1 raises on every attempt), ``ok``.
 """
 
 import json
@@ -25,6 +25,8 @@ if mode == "kill1" and rank == 1 and attempt == "0":
     os.kill(os.getpid(), signal.SIGKILL)
 if mode == "hang1" and rank == 1:
     time.sleep(10_000)
+if mode == "stop1" and rank == 1:
+    os.kill(os.getpid(), signal.SIGSTOP)
 if mode == "fail1" and rank == 1:
     raise RuntimeError("rank 1 cannot continue: simulated bug")
 total = all_reduce(torch.tensor([float(rank)])).item()
