@@ -44,17 +44,64 @@ def _env_report() -> list[str]:
     ]
 
 
+def train_command(argv: Sequence[str]) -> int:
+    """``neural-arch train``: train here, or start N workers through our launcher (restarts on)."""
+    from pathlib import Path
+
+    from neural_arch.distributed.env import detect_cluster_env
+    from neural_arch.distributed.launcher import DistributedLauncher, LaunchConfig
+    from neural_arch.training import entry
+    from neural_arch.training.config import ConfigError, load_config
+
+    ns = entry.parser().parse_args(argv)
+    cluster = detect_cluster_env()
+    try:
+        cfg = load_config(ns.config, ns.overrides)
+        nproc = ns.nproc_per_node or cfg.training.nproc_per_node
+        if nproc > 1 and cluster.world_size == 1:
+            load_config(ns.config, ns.overrides, world_size=nproc)  # batch divisibility, before any process starts
+            worker_args = [a for a in argv]
+            launcher = LaunchConfig(
+                nproc_per_node=nproc, max_restarts=cfg.training.max_restarts, timeout=cfg.training.timeout,
+                backend=None if cfg.training.backend == "auto" else cfg.training.backend,
+                log_dir=str(Path(cfg.run.dir) / "logs" / "console"), rank0_only=True,
+            )
+            return DistributedLauncher(launcher).launch(entry.__file__, *_without_nproc(worker_args))
+    except ConfigError as exc:
+        print(f"neural-arch train: error: {exc}", file=sys.stderr)
+        return 2
+    return entry.main(_without_nproc(list(argv)))
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--nproc-per-node", "--nproc_per_node"):
+            skip = True
+            continue
+        if arg.startswith(("--nproc-per-node=", "--nproc_per_node=")):
+            continue
+        out.append(arg)
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Dispatch ``neural-arch SUBCOMMAND ...``; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="neural-arch", description="Exact, fault-tolerant distributed training.")
-    parser.add_argument("command", choices=["launch", "env"], help="launch: start a distributed job; env: show the detected environment")
+    parser.add_argument("command", choices=["train", "launch", "env"],
+                        help="train: train from a config; launch: start a distributed job; env: show the detected environment")
     if not args or args[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if args else 2
-    if args[0] not in ("launch", "env"):
-        print(f"neural-arch: error: unknown command {args[0]!r}; use one of: launch, env", file=sys.stderr)
+    if args[0] not in ("train", "launch", "env"):
+        print(f"neural-arch: error: unknown command {args[0]!r}; use one of: train, launch, env", file=sys.stderr)
         return 2
+    if args[0] == "train":
+        return train_command(args[1:])
     if args[0] == "launch":
         from neural_arch.distributed.launcher import main as launch_main
 

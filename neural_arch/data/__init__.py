@@ -1,0 +1,1 @@
+"""Datasets; no distributed imports (ranks pick their samples through the sampler)."""

@@ -1,0 +1,1 @@
+"""Plain ``nn.Module`` models; no distributed imports (they are wrapped from outside)."""

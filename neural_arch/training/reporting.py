@@ -1,0 +1,99 @@
+"""What a user sees of a run: progress bar, per-rank logs, metrics.jsonl, TensorBoard, loss.png.
+
+Used by trainer.py: ``RunReporter(run_dir, rank, total_steps, ...)``. Rank 0 writes the
+shared outputs; every rank writes ``run_dir/logs/rank_N.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+from tqdm import tqdm
+
+
+class RunReporter:
+    """Per-rank log file; on rank 0 also the progress bar, metrics.jsonl and TensorBoard."""
+
+    def __init__(self, run_dir: Path, rank: int, total_steps: int, start_step: int, progress: bool, tensorboard: bool) -> None:
+        self.run_dir, self.rank = run_dir, rank
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.log = logging.getLogger(f"neural_arch.train.rank{rank}.{id(self)}")
+        self.log.setLevel(logging.INFO)
+        self.log.propagate = False
+        handler = logging.FileHandler(run_dir / "logs" / f"rank_{rank}.log")
+        handler.setFormatter(logging.Formatter(f"%(asctime)s [rank {rank}] %(message)s"))
+        self.log.addHandler(handler)
+        self.bar: Optional[tqdm] = None
+        self.tb: Any = None
+        if rank == 0:
+            if progress:
+                self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
+            if tensorboard:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        """Record one row of metrics (rank 0 writes; all ranks log it)."""
+        self.log.info("step %d %s", step, " ".join(f"{k}={v:.6g}" for k, v in values.items()))
+        if self.rank != 0:
+            return
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, **values}) + "\n")
+        if self.tb is not None:
+            for key, value in values.items():
+                self.tb.add_scalar(key, value, step)
+
+    def progress(self, step: int, loss: float, samples_per_s: float) -> None:
+        """Advance the bar to ``step`` with the current loss and throughput."""
+        if self.bar is not None:
+            self.bar.update(step - self.bar.n)
+            self.bar.set_postfix(loss=f"{loss:.4g}", samples_s=f"{samples_per_s:.0f}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.tb is not None:
+            self.tb.close()
+        for handler in list(self.log.handlers):
+            handler.close()
+            self.log.removeHandler(handler)
+
+
+def plot_losses(metrics_path: Path, out_png: Path) -> None:
+    """Train (and validation, if any) loss against step, from metrics.jsonl."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, label in (("train/loss", "train"), ("val/loss", "validation")):
+        points = [(r["step"], r[key]) for r in rows if key in r]
+        if points:
+            ax.plot(*zip(*points), marker="." if label == "validation" else None, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+
+
+def format_summary(final: dict[str, float], seconds: float, samples: int, step_times: list[tuple[float, float]], world: int) -> str:
+    """A one-screen end-of-run summary; ``step_times`` = per-rank (mean, max) seconds."""
+    lines = [f"finished in {seconds:.1f} s on {world} process(es): {samples / max(seconds, 1e-9):.1f} samples/s"]
+    lines += [f"  {k:16s} {v:.6g}" for k, v in final.items()]
+    means = [m for m, _ in step_times]
+    if means:
+        slowest = max(range(len(means)), key=lambda r: means[r])
+        spread = (max(means) - min(means)) / max(min(means), 1e-12)
+        lines.append(f"  step time per rank (mean ms): {', '.join(f'{m * 1e3:.1f}' for m in means)}; "
+                     f"spread {spread:.0%}, slowest rank {slowest}")
+    return "\n".join(lines)

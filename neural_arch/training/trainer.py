@@ -1,0 +1,202 @@
+"""The training loop behind ``neural-arch train``: exact on any number of ranks, resumable.
+
+Run: ``neural-arch train --config configs/tiny.yaml --nproc-per-node 2`` or, in Python,
+``train(load_config("configs/tiny.yaml"))`` under any launcher (or none).
+
+Every optimizer step consumes one global batch of the world-size-invariant sampler; each
+rank's share is split into ``grad_accum_steps`` micro-batches (all but the last under
+``no_sync``) and weighted by the global batch size, so the update equals one process's
+on the same batch. Checkpoints hold everything needed to continue mid-epoch with the same
+result: weights, optimizer, scheduler, scaler, sampler position, step, every rank's RNG.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+import neural_arch.distributed as nd
+from neural_arch.distributed.checkpoint import load_checkpoint, save_checkpoint
+from neural_arch.training.builders import (
+    Datasets, autocast_context, build_datasets, build_model, build_optimizer, build_scaler, build_scheduler,
+)
+from neural_arch.training.config import Config, config_to_dict, save_config
+from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
+from neural_arch.training.state import capture_rng, restore_rng, seed_rank
+
+
+class Parts:
+    """Everything the loop updates, built once by ``build_parts``."""
+
+    def __init__(self, cfg: Config, device: torch.device) -> None:
+        self.cfg = cfg
+        self.data: Datasets = build_datasets(cfg)
+        self.model = nd.DistributedDataParallel(build_model(cfg, self.data).to(device))
+        self.optimizer = build_optimizer(cfg, self.model)
+        self.scheduler = build_scheduler(cfg, self.optimizer)
+        self.scaler = build_scaler(cfg, device)
+        self.sampler = nd.DistributedSampler(
+            dataset_size=len(self.data.train_x), batch_size=cfg.training.global_batch_size, seed=cfg.run.seed
+        )
+        self.device = device
+        self.step = 0
+
+    def state(self) -> dict[str, Any]:
+        """Checkpoint content (call on every rank: it gathers every rank's RNG state)."""
+        return {
+            "model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+            "sampler": self.sampler.state_dict(), "step": self.step, "world_size": nd.get_world_size(),
+            "rng": nd.all_gather_object(capture_rng()), "config": config_to_dict(self.cfg),
+        }
+
+    def load(self, state: dict[str, Any], seed: int) -> None:
+        self.model.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.step = int(state["step"])
+        rank = nd.get_rank()
+        if state["world_size"] == nd.get_world_size():
+            restore_rng(state["rng"][rank])
+        else:  # the old per-rank streams mean nothing at another world size
+            seed_rank(seed, rank, self.step)
+
+
+def per_sample_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of each sample over its targets."""
+    return ((out.to(y.dtype) - y) ** 2).mean(dim=1)
+
+
+def train_step(p: Parts, cfg: Config, batch: nd.IndexBatch) -> tuple[float, int, list[float]]:
+    """One optimizer step on one global batch; returns (global loss, global samples, per-rank loss sums)."""
+    p.optimizer.zero_grad(set_to_none=True)
+    ids = torch.tensor(batch, dtype=torch.long)
+    local = torch.zeros((), dtype=torch.float64)
+    micro = torch.tensor_split(ids, cfg.training.grad_accum_steps)
+    for j, part in enumerate(micro):
+        sync = contextlib.nullcontext() if j == len(micro) - 1 else p.model.no_sync()
+        with sync, autocast_context(cfg, p.device):
+            per = per_sample_loss(p.model(p.data.train_x[part].to(p.device)), p.data.train_y[part].to(p.device))
+            loss = nd.global_batch_loss(per, batch.global_size)
+        p.scaler.scale(loss).backward()
+        local += per.detach().double().sum().cpu()
+    sums = [float(s) for s in nd.all_gather(local.reshape(1))]
+    total = sum(sums)
+    if not torch.isfinite(torch.tensor(total)):
+        bad = [r for r, s in enumerate(sums) if not torch.isfinite(torch.tensor(s))]
+        if cfg.training.nan_policy == "stop":
+            raise FloatingPointError(
+                f"loss is {total} at step {p.step + 1} (non-finite on rank(s) {bad}); lower optim.lr, set "
+                "training.grad_clip, or set training.nan_policy=skip to skip such steps."
+            )
+        p.optimizer.zero_grad(set_to_none=True)  # skip: identical decision on every rank
+        p.scheduler.step()
+        return total / batch.global_size, batch.global_size, sums
+    p.scaler.unscale_(p.optimizer)
+    if cfg.training.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(p.model.parameters(), cfg.training.grad_clip)
+    p.scaler.step(p.optimizer)
+    p.scaler.update()
+    p.scheduler.step()
+    return total / batch.global_size, batch.global_size, sums
+
+
+@torch.no_grad()
+def evaluate(p: Parts, cfg: Config) -> dict[str, float]:
+    """Exact global validation loss and MAE: sample-weighted sums, no padding."""
+    x, y = p.data.val_x, p.data.val_y
+    if len(x) == 0:
+        return {}
+    sampler = nd.DistributedSampler(dataset_size=len(x), batch_size=cfg.training.global_batch_size, shuffle=False)
+    sums = torch.zeros(3, dtype=torch.float64)  # squared-error loss, absolute error, samples
+    for batch in sampler:
+        ids = torch.tensor(batch, dtype=torch.long)
+        with autocast_context(cfg, p.device):
+            out = p.model.module(x[ids].to(p.device)).to(y.dtype).cpu()
+        sums += torch.stack([per_sample_loss(out, y[ids]).double().sum(),
+                             (out - y[ids]).abs().mean(dim=1).double().sum(), torch.tensor(float(len(ids)))])
+    sums = nd.all_reduce(sums)
+    return {"val/loss": float(sums[0] / sums[2]), "val/mae": float(sums[1] / sums[2])}
+
+
+def _resume(p: Parts, cfg: Config, resume: str, ckpt_dir: Path) -> Optional[int]:
+    if resume == "none":
+        return None
+    found = load_checkpoint(ckpt_dir if resume == "auto" else Path(resume))
+    if found is None:
+        if resume != "auto":
+            raise ValueError(f"--resume {resume}: no checkpoint there; use --resume auto or none.")
+        return None
+    info, state = found
+    p.load(state, cfg.run.seed)
+    return info.step
+
+
+def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callable[[int], None]] = None) -> dict[str, float]:
+    """Train to ``cfg.training.steps``; returns the final metrics (identical on every rank)."""
+    t = cfg.training
+    nd.init_process_group(backend=None if t.backend == "auto" else t.backend, timeout=t.timeout)
+    rank, world = nd.get_rank(), nd.get_world_size()
+    if t.global_batch_size % (world * t.grad_accum_steps) != 0:
+        raise ValueError(f"training.global_batch_size={t.global_batch_size} is not divisible by world size {world} "
+                         f"x grad_accum_steps {t.grad_accum_steps}; use a multiple of {world * t.grad_accum_steps}.")
+    device = torch.device("cuda", torch.cuda.current_device()) if nd.get_backend() == "nccl" else torch.device("cpu")
+    run_dir = Path(cfg.run.dir)
+    if rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
+    nd.barrier()
+    seed_rank(cfg.run.seed, rank)
+    p = Parts(cfg, device)
+    resumed = _resume(p, cfg, resume or cfg.checkpoint.resume, run_dir / "checkpoints")
+    report = RunReporter(run_dir, rank, t.steps, p.step, cfg.logging.progress, cfg.logging.tensorboard)
+    report.log.info("start: world %d, step %d%s", world, p.step, f" (resumed from step {resumed})" if resumed else "")
+    started, samples, step_times, last_saved = time.perf_counter(), 0, [], resumed
+    while p.step < t.steps:
+        p.sampler.set_epoch(p.sampler.epoch)
+        for batch in p.sampler:
+            tick = time.perf_counter()
+            loss, count, _ = train_step(p, cfg, batch)
+            p.step += 1
+            step_times.append(time.perf_counter() - tick)
+            samples += count
+            if cfg.logging.record_samples:
+                with open(run_dir / "logs" / f"samples_rank_{rank}.jsonl", "a") as f:
+                    f.write(f'{{"step": {p.step}, "ids": {list(batch)}}}\n')
+            row = {"train/loss": loss, "lr": p.scheduler.get_last_lr()[0], "epoch": float(p.sampler.epoch)}
+            if t.val_every and p.step % t.val_every == 0:
+                row.update(evaluate(p, cfg))
+            if p.step % cfg.logging.every_steps == 0 or "val/loss" in row:
+                report.metrics(p.step, row)
+            report.progress(p.step, loss, samples / (time.perf_counter() - started))
+            every = cfg.checkpoint.every_steps
+            if every and p.step % every == 0 and p.step < t.steps:
+                save_checkpoint(run_dir / "checkpoints", p.step, p.state(), keep_last=cfg.checkpoint.keep_last, metric=row.get("val/loss"))
+                last_saved = p.step
+            if on_step is not None:
+                on_step(p.step)
+            if p.step >= t.steps:
+                break
+        else:
+            p.sampler.set_epoch(p.sampler.epoch + 1)
+    final = evaluate(p, cfg)
+    if last_saved != p.step:
+        save_checkpoint(run_dir / "checkpoints", p.step, p.state(), keep_last=cfg.checkpoint.keep_last, metric=final.get("val/loss"))
+    elapsed = time.perf_counter() - started
+    mean_max = torch.tensor([sum(step_times) / max(len(step_times), 1), max(step_times, default=0.0)], dtype=torch.float64)
+    per_rank = [(float(a), float(b)) for a, b in nd.all_gather(mean_max)]
+    if final:
+        report.metrics(p.step, final)
+    report.close()
+    if rank == 0:
+        plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png") if (run_dir / "metrics.jsonl").exists() else None
+        summary = format_summary(final, elapsed, samples, per_rank, world)
+        (run_dir / "summary.txt").write_text(summary + "\n")
+        print(summary, flush=True)
+    return final

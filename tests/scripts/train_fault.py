@@ -1,0 +1,47 @@
+"""Train like ``neural-arch train``, with a fault on the first attempt: ``train_fault.py MODE STEP ARGS...``.
+
+MODE ``none``: no fault. ``kill``: rank 1 SIGKILLs itself right after finishing step STEP.
+``ckpt``: rank 0 SIGKILLs itself half-way through writing the checkpoint of step STEP (the
+state file is half written, the manifest not yet). Faults fire only when
+TORCHELASTIC_RESTART_COUNT is 0, so the restarted group runs clean. ARGS are
+``neural-arch train`` arguments (--config, --set, --resume).
+"""
+
+import os
+import signal
+import sys
+
+import torch
+
+import neural_arch.distributed.checkpoint as checkpoint
+from neural_arch.distributed import get_rank
+from neural_arch.training import entry
+from neural_arch.training.config import load_config
+from neural_arch.training.trainer import train
+
+mode, fault_step, args = sys.argv[1], int(sys.argv[2]), entry.parser().parse_args(sys.argv[3:])
+first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+
+
+def kill_after(step: int) -> None:
+    if mode == "kill" and first_attempt and step == fault_step and get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+real_save = torch.save
+
+
+def half_then_die(obj, f, *a, **k):
+    name = getattr(f, "name", str(f))
+    if first_attempt and get_rank() == 0 and f"step_{fault_step:08d}" in str(name):
+        real_save(obj, f, *a, **k)
+        f.flush()
+        f.truncate(f.tell() // 2)
+        f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_save(obj, f, *a, **k)
+
+
+if mode == "ckpt":
+    checkpoint.torch.save = half_then_die
+train(load_config(args.config, args.overrides), resume=args.resume, on_step=kill_after)
