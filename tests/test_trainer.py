@@ -160,7 +160,7 @@ def test_non_finite_loss_can_be_skipped(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--set", "trainig.steps=5"], "did you mean 'training'"),
-    (["--set", "training.stpes=5"], "did you mean 'steps'"),
+    (["--set", "training.stpes=5"], "did you mean 'training.steps'"),
     (["--set", "training.steps=ten"], "training.steps"),
     (["--set", "optim.lr=-1"], "optim.lr"),
     (["--set", "training.global_batch_size=10", "--nproc-per-node", "3"], "not divisible by world size 3"),
