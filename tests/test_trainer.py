@@ -148,7 +148,7 @@ def test_outputs_and_summary(tmp_path):
 def test_non_finite_loss_stops_with_step_and_rank(tmp_path):
     cfg = load_config(None, [f"run.dir={tmp_path / 'run'}", "optim.lr=1e30", "training.steps=30", "logging.progress=false",
                              "logging.tensorboard=false", "training.precision=fp64"])
-    with pytest.raises(FloatingPointError, match=r"at step \d+ \(non-finite on rank\(s\) \[0\]\)"):
+    with pytest.raises(FloatingPointError, match=r"diverged at step \d+ \(non-finite loss on rank\(s\) \[0\]\)"):
         train(cfg)
 
 

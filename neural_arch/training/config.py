@@ -133,7 +133,7 @@ class CheckpointConfig:
 
 @dataclass
 class LoggingConfig:
-    every_steps: int = 1
+    every_steps: int = 10
     """Log metrics every N steps."""
     progress: bool = True
     """Show a progress bar on rank 0."""

@@ -73,11 +73,11 @@ def per_sample_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return ((out.to(y.dtype) - y) ** 2).mean(dim=1)
 
 
-def train_step(p: Parts, cfg: Config, batch: nd.IndexBatch) -> tuple[float, int, list[float]]:
-    """One optimizer step on one global batch; returns (global loss, global samples, per-rank loss sums)."""
+def train_step(p: Parts, cfg: Config, batch: nd.IndexBatch) -> torch.Tensor:
+    """One optimizer step on one global batch; returns this rank's (loss sum, samples)."""
     p.optimizer.zero_grad(set_to_none=True)
     ids = torch.tensor(batch, dtype=torch.long)
-    local = torch.zeros((), dtype=torch.float64)
+    local = torch.zeros(2, dtype=torch.float64)
     micro = torch.tensor_split(ids, cfg.training.grad_accum_steps)
     for j, part in enumerate(micro):
         sync = contextlib.nullcontext() if j == len(micro) - 1 else p.model.no_sync()
@@ -85,26 +85,34 @@ def train_step(p: Parts, cfg: Config, batch: nd.IndexBatch) -> tuple[float, int,
             per = per_sample_loss(p.model(p.data.train_x[part].to(p.device)), p.data.train_y[part].to(p.device))
             loss = nd.global_batch_loss(per, batch.global_size)
         p.scaler.scale(loss).backward()
-        local += per.detach().double().sum().cpu()
-    sums = [float(s) for s in nd.all_gather(local.reshape(1))]
-    total = sum(sums)
-    if not torch.isfinite(torch.tensor(total)):
-        bad = [r for r, s in enumerate(sums) if not torch.isfinite(torch.tensor(s))]
-        if cfg.training.nan_policy == "stop":
-            raise FloatingPointError(
-                f"loss is {total} at step {p.step + 1} (non-finite on rank(s) {bad}); lower optim.lr, set "
-                "training.grad_clip, or set training.nan_policy=skip to skip such steps."
-            )
-        p.optimizer.zero_grad(set_to_none=True)  # skip: identical decision on every rank
-        p.scheduler.step()
-        return total / batch.global_size, batch.global_size, sums
+        local[0] += per.detach().double().sum().cpu()
+    local[1] = len(batch)
     p.scaler.unscale_(p.optimizer)
-    if cfg.training.grad_clip is not None:
-        torch.nn.utils.clip_grad_norm_(p.model.parameters(), cfg.training.grad_clip)
+    # The gradients were averaged over ranks, so this norm (and the decision below) is the
+    # same on every rank without another collective.
+    clip = cfg.training.grad_clip if cfg.training.grad_clip is not None else float("inf")
+    norm = torch.nn.utils.clip_grad_norm_(p.model.parameters(), clip)
+    if not torch.isfinite(norm) and not p.scaler.is_enabled():  # fp16's scaler skips such steps itself
+        _non_finite(p, cfg, local)
+        return local
     p.scaler.step(p.optimizer)
     p.scaler.update()
     p.scheduler.step()
-    return total / batch.global_size, batch.global_size, sums
+    return local
+
+
+def _non_finite(p: Parts, cfg: Config, local: torch.Tensor) -> None:
+    """Stop (naming the step and ranks) or skip the step, identically on every rank."""
+    sums = [float(s[0]) for s in nd.all_gather(local, check=False)]
+    bad = [r for r, s in enumerate(sums) if not torch.isfinite(torch.tensor(s))]
+    where = f"non-finite loss on rank(s) {bad}" if bad else "finite losses but non-finite gradients"
+    if cfg.training.nan_policy == "stop":
+        raise FloatingPointError(
+            f"training diverged at step {p.step + 1} ({where}); lower optim.lr, set training.grad_clip, "
+            "or set training.nan_policy=skip to skip such steps."
+        )
+    p.optimizer.zero_grad(set_to_none=True)
+    p.scheduler.step()
 
 
 @torch.no_grad()
@@ -158,21 +166,28 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
     report = RunReporter(run_dir, rank, t.steps, p.step, cfg.logging.progress, cfg.logging.tensorboard)
     report.log.info("start: world %d, step %d%s", world, p.step, f" (resumed from step {resumed})" if resumed else "")
     started, samples, step_times, last_saved = time.perf_counter(), 0, [], resumed
+    since_log = torch.zeros(2, dtype=torch.float64)  # (loss sum, samples) since the last log row
+    loss = float("nan")
     while p.step < t.steps:
         p.sampler.set_epoch(p.sampler.epoch)
         for batch in p.sampler:
             tick = time.perf_counter()
-            loss, count, _ = train_step(p, cfg, batch)
+            since_log += train_step(p, cfg, batch)
             p.step += 1
             step_times.append(time.perf_counter() - tick)
-            samples += count
+            samples += batch.global_size
             if cfg.logging.record_samples:
                 with open(run_dir / "logs" / f"samples_rank_{rank}.jsonl", "a") as f:
                     f.write(f'{{"step": {p.step}, "ids": {list(batch)}}}\n')
-            row = {"train/loss": loss, "lr": p.scheduler.get_last_lr()[0], "epoch": float(p.sampler.epoch)}
+            row: dict[str, float] = {}
             if t.val_every and p.step % t.val_every == 0:
                 row.update(evaluate(p, cfg))
-            if p.step % cfg.logging.every_steps == 0 or "val/loss" in row:
+            if p.step % cfg.logging.every_steps == 0 or row or p.step == t.steps:
+                # One small all-reduce per log row: the exact mean loss over the interval.
+                total = nd.all_reduce(since_log, check=False)
+                loss = float(total[0] / total[1])
+                since_log.zero_()
+                row = {"train/loss": loss, "lr": p.scheduler.get_last_lr()[0], "epoch": float(p.sampler.epoch), **row}
                 report.metrics(p.step, row)
             report.progress(p.step, loss, samples / (time.perf_counter() - started))
             every = cfg.checkpoint.every_steps

@@ -1,0 +1,116 @@
+"""Our trainer vs a hand-written minimal DDP loop: step time at 2 ranks, interleaved.
+
+Run: ``.venv/bin/python benchmarks/trainer_overhead.py [--rounds 5 --steps 60 --hidden 512]``
+
+Both train the same MLP on the same synthetic data with the same global batch on 2 gloo
+ranks (1 thread each). The hand loop is what a careful user writes with raw torch DDP:
+sampler slice, forward, MSE, backward, SGD step. The trainer runs with its defaults
+(metrics every logging.every_steps, checkpoint every 10 steps, exact loss bookkeeping),
+minus the progress bar and TensorBoard. Per-step times come from timestamps between steps (the trainer's
+``on_step`` hook); the first 5 steps of each run are warm-up. Prints the median step-time
+ratio (target <= 1.03) and the checkpoint cost as a fraction of step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from neural_arch.training.builders import build_datasets, build_model
+from neural_arch.training.config import load_config
+from neural_arch.training.trainer import train
+
+
+def config(args: argparse.Namespace, run_dir: str):
+    return load_config(None, [
+        f"run.dir={run_dir}", f"model.hidden={args.hidden}", "model.depth=3", "data.features=64",
+        f"data.num_samples={args.batch * 20}", "data.val_samples=64", f"training.global_batch_size={args.batch}",
+        f"training.steps={args.steps}", "checkpoint.every_steps=10", "logging.progress=false", "logging.tensorboard=false",
+        "schedule.decay=constant", "optim.momentum=0.0",
+    ], world_size=2)
+
+
+def hand_loop(cfg, steps: int) -> list[float]:
+    data = build_datasets(cfg)
+    model = torch.nn.parallel.DistributedDataParallel(build_model(cfg, data))
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.optim.lr)
+    rank, world, batch = dist.get_rank(), dist.get_world_size(), cfg.training.global_batch_size
+    stamps = [time.perf_counter()]
+    n = len(data.train_x)
+    for step in range(steps):
+        first = (step * batch) % (n - batch)
+        ids = torch.arange(first + rank, first + batch, world)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(data.train_x[ids]), data.train_y[ids]).backward()
+        opt.step()
+        stamps.append(time.perf_counter())
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def trainer_run(cfg) -> list[float]:
+    stamps: list[float] = []
+    train(cfg, resume="none", on_step=lambda step: stamps.append(time.perf_counter()))
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def worker(rank: int, port: int, args: argparse.Namespace, out: "mp.Queue") -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from neural_arch.distributed import init_process_group
+
+    init_process_group(backend="gloo")
+    results: dict[str, list[float]] = {"hand": [], "trainer": []}
+    ckpt_steps: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for name in (("hand", "trainer") if r % 2 == 0 else ("trainer", "hand")):
+                cfg = config(args, f"{tmp}/r{r}")
+                times = hand_loop(cfg, args.steps) if name == "hand" else trainer_run(cfg)
+                warm = times[5:]
+                if name == "trainer":  # times[j] spans step j+2 and the save that follows it (every 10th)
+                    ckpt_steps += [t for i, t in enumerate(times, start=2) if i > 6 and i % 10 == 0]
+                    warm = [t for i, t in enumerate(times, start=2) if i > 6 and i % 10 != 0]
+                results[name].append(statistics.median(warm))
+    if rank == 0:
+        out.put((results, ckpt_steps))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=256)
+    args = parser.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, port, args, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    (results, ckpt_steps) = out.get(timeout=3600)
+    for p in procs:
+        p.join()
+    hand, ours = statistics.median(results["hand"]), statistics.median(results["trainer"])
+    paired = statistics.median(o / h for o, h in zip(results["trainer"], results["hand"]))
+    save = statistics.median(ckpt_steps) - ours if ckpt_steps else float("nan")
+    print(f"model: MLP 64->{args.hidden}x3->1, global batch {args.batch}, 2 ranks gloo, {args.rounds} rounds x {args.steps} steps")
+    print(f"hand-written DDP loop median step {hand * 1e3:8.2f} ms")
+    print(f"neural_arch trainer   median step {ours * 1e3:8.2f} ms")
+    print(f"step-time ratio trainer/hand: {ours / hand:.3f} (median of per-round ratios {paired:.3f}; target <= 1.03)")
+    print(f"checkpoint save: {save * 1e3:.1f} ms = {save / ours:.2f} steps; at the default interval (10 steps) "
+          f"{save / (10 * ours):.1%} of training time")
+
+
+if __name__ == "__main__":
+    main()
