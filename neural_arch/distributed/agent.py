@@ -26,6 +26,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Optional
 
 import torch.distributed as dist
@@ -83,12 +84,12 @@ class RobustElasticAgent(LocalElasticAgent):
         super()._stop_workers(worker_group)
         deadline = time.monotonic() + 10
         for pgid in pgids:  # workers lead their own process groups
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and _live_members(pgid):
                 try:
                     os.killpg(pgid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     break
-                time.sleep(0.05)
+                time.sleep(0.02)
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         result = super()._monitor_workers(worker_group)
@@ -103,3 +104,25 @@ class RobustElasticAgent(LocalElasticAgent):
                     )
                 )
         return result
+
+
+def _live_members(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is still running. Zombies do not count: they hold
+    no ports or files, and an orphan's zombie lingers until init reaps it."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: fall back to "the group still exists"
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            return True
+    return False
