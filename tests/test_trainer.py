@@ -175,3 +175,35 @@ def test_config_errors_exit_2_with_one_line(args, message):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_bf16_autocast_on_cpu_trains(tmp_path):
+    cfg = load_config(None, [f"run.dir={tmp_path / 'run'}", "training.precision=bf16", "training.steps=30",
+                             "logging.progress=false", "logging.tensorboard=false"])
+    final = train(cfg)
+    first = metrics(tmp_path / "run")[0]["train/loss"]
+    assert np.isfinite(final["val/loss"]) and final["val/loss"] < first
+
+
+def test_resume_none_and_explicit_path(tmp_path):
+    base = [f"run.dir={tmp_path / 'run'}", "training.steps=8", "checkpoint.every_steps=4", "logging.progress=false",
+            "logging.tensorboard=false", "training.precision=fp64", "schedule.decay=constant"]
+    train(load_config(None, base))
+    first = final_params(tmp_path / "run")
+    # an explicit step directory continues from there: steps 5..8 again give the same weights
+    train(load_config(None, base), resume=str(tmp_path / "run" / "checkpoints" / "step_00000004"))
+    assert_params(final_params(tmp_path / "run"), first, atol=0)
+    # none: start over, ignoring the checkpoints (same seed: same result)
+    train(load_config(None, base), resume="none")
+    assert_params(final_params(tmp_path / "run"), first, atol=0)
+    with pytest.raises(ValueError, match="no checkpoint"):
+        train(load_config(None, base), resume=str(tmp_path / "elsewhere"))
+
+
+def test_train_started_by_torchrun(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "neural_arch.cli",
+           "train", *BASE, "--set", f"run.dir={tmp_path / 'run'}", "--set", "training.steps=6"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "on 2 process(es)" in proc.stdout
+    assert (tmp_path / "run" / "logs" / "rank_1.log").exists()

@@ -12,6 +12,14 @@ from neural_arch.distributed.collectives import (
     broadcast,
     reduce_scatter,
 )
+from neural_arch.distributed.checkpoint import (
+    CheckpointError,
+    CheckpointInfo,
+    load_checkpoint,
+    load_sharded,
+    save_checkpoint,
+    save_sharded,
+)
 from neural_arch.distributed.ddp import DistributedDataParallel, UnusedParametersError, no_sync
 from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
 from neural_arch.distributed.process_group import (
@@ -30,6 +38,12 @@ from neural_arch.distributed.stats import global_mean_std
 from neural_arch.distributed.weighting import global_batch_loss, global_count, zero_loss
 
 __all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
+    "load_checkpoint",
+    "load_sharded",
+    "save_checkpoint",
+    "save_sharded",
     "ClusterEnv",
     "DistributedDataParallel",
     "DistributedLauncher",
