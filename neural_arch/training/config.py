@@ -43,20 +43,34 @@ class RunConfig:
 
 @dataclass
 class ModelConfig:
-    name: Literal["mlp"] = "mlp"
-    """Model architecture."""
+    name: Literal["mlp", "icenet"] = "mlp"
+    """Model architecture: a small MLP (regression data) or the IceNet-style U-Net (sea-ice data)."""
     hidden: int = 32
-    """Hidden layer width."""
+    """MLP: hidden layer width."""
     depth: int = 2
-    """Number of hidden layers."""
+    """MLP: number of hidden layers."""
+    widths: list[int] = field(default_factory=lambda: [16, 32, 64])
+    """U-Net: channels per level (its depth is the list's length)."""
+    dropout: float = 0.0
+    """U-Net: dropout probability in the decoder."""
 
 
 @dataclass
 class DataConfig:
-    name: Literal["synthetic", "file"] = "synthetic"
-    """Dataset: generated on the fly, or read from ``path``."""
+    name: Literal["synthetic", "file", "icenet"] = "synthetic"
+    """Dataset: regression data generated on the fly, read from ``path``, or the sea-ice store at ``path``."""
     path: Optional[str] = None
-    """Dataset file; required (and must exist) when ``name`` is ``file``."""
+    """Dataset file (``file``; must exist) or zarr store (``icenet``; made by create-data)."""
+    grid: int = 48
+    """icenet: cells per side of the polar grid."""
+    years: int = 25
+    """icenet: years of monthly data."""
+    val_years: int = 5
+    """icenet: the last years, used for validation."""
+    lags: int = 3
+    """icenet: past months of ice concentration in the input."""
+    leads: int = 3
+    """icenet: months ahead to forecast."""
     num_samples: int = 256
     """Training samples (synthetic data)."""
     val_samples: int = 64
@@ -172,6 +186,9 @@ _UNIT = (lambda v: 0 <= v <= 1), "between 0 and 1"
 _POSITIVE = (lambda v: v > 0), "> 0"
 _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model.hidden": _ge(1), "model.depth": _ge(1),
+    "model.widths": ((lambda v: all(w >= 1 for w in v)), "a list of positive channel counts"),
+    "model.dropout": ((lambda v: 0 <= v < 1), "in [0, 1)"),
+    "data.grid": _ge(8), "data.years": _ge(2), "data.val_years": _ge(1), "data.lags": _ge(1), "data.leads": _ge(1),
     "data.num_samples": _ge(1), "data.val_samples": _ge(0), "data.features": _ge(1),
     "data.targets": _ge(1), "data.noise": _ge(0),
     "optim.lr": _POSITIVE, "optim.momentum": _UNIT, "optim.weight_decay": _ge(0),
@@ -210,6 +227,14 @@ def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
         if value is not None and not ok(value):
             raise ConfigError(f"{key}={_show(value)} is out of range: must be {allowed}")
     data, t = cfg.data, cfg.training
+    if data.name == "icenet" and data.path is None:
+        raise ConfigError("data.path=null but data.name is 'icenet': set data.path to the zarr store "
+                          "(created by `neural-arch create-data --config FILE`)")
+    if data.name == "icenet" and data.val_years >= data.years:
+        raise ConfigError(f"data.val_years={data.val_years} must be smaller than data.years={data.years}")
+    if (data.name == "icenet") != (cfg.model.name == "icenet"):
+        raise ConfigError(f"model.name={cfg.model.name!r} does not fit data.name={data.name!r}: the icenet "
+                          "model trains on icenet data, the mlp on synthetic or file data")
     if data.name == "file" and data.path is None:
         raise ConfigError("data.path=null but data.name is 'file': add 'path: FILE' under 'data:' in the "
                           "YAML, or pass --set data.path=FILE (or use data.name=synthetic)")
@@ -323,6 +348,10 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise _type_error(key, value, tp)
         return tuple(_convert(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if origin is list:  # any length
+        if not isinstance(value, (list, tuple)) or not value:
+            raise _type_error(key, value, tp)
+        return [_convert(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
     if tp is float:
         # PyYAML (YAML 1.1) reads 1e-3 as the text "1e-3", so numeric text is accepted too;
         # .inf/.nan are refused because no setting here means anything with them.
@@ -349,6 +378,8 @@ def _type_name(tp: Any) -> str:
         return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
     if origin is tuple:
         return f"a list of {len(args)} values ({', '.join(_type_name(a) for a in args)})"
+    if origin is list:
+        return f"a non-empty list of {_type_name(args[0])}"
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args)
     return getattr(tp, "__name__", str(tp))

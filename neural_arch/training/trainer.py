@@ -21,12 +21,11 @@ import torch
 
 import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint import load_checkpoint, save_checkpoint
-from neural_arch.training.builders import (
-    Datasets, autocast_context, build_datasets, build_model, build_optimizer, build_scaler, build_scheduler,
-)
+from neural_arch.training.builders import autocast_context, build_optimizer, build_scaler, build_scheduler
 from neural_arch.training.config import Config, config_to_dict, save_config
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
 from neural_arch.training.state import capture_rng, restore_rng, seed_rank
+from neural_arch.training.tasks import Task, build_task
 
 
 class Parts:
@@ -34,13 +33,14 @@ class Parts:
 
     def __init__(self, cfg: Config, device: torch.device) -> None:
         self.cfg = cfg
-        self.data: Datasets = build_datasets(cfg)
-        self.model = nd.DistributedDataParallel(build_model(cfg, self.data).to(device))
+        self.task: Task = build_task(cfg)
+        self.task.prepare()
+        self.model = nd.DistributedDataParallel(self.task.build_model().to(device))
         self.optimizer = build_optimizer(cfg, self.model)
         self.scheduler = build_scheduler(cfg, self.optimizer)
         self.scaler = build_scaler(cfg, device)
         self.sampler = nd.DistributedSampler(
-            dataset_size=len(self.data.train_x), batch_size=cfg.training.global_batch_size, seed=cfg.run.seed
+            dataset_size=self.task.train_size, batch_size=cfg.training.global_batch_size, seed=cfg.run.seed
         )
         self.device = device
         self.step = 0
@@ -52,6 +52,7 @@ class Parts:
             "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
             "sampler": self.sampler.state_dict(), "step": self.step, "world_size": nd.get_world_size(),
             "rng": nd.all_gather_object(capture_rng()), "config": config_to_dict(self.cfg),
+            "task": self.task.state_dict(),
         }
 
     def load(self, state: dict[str, Any], seed: int) -> None:
@@ -61,16 +62,12 @@ class Parts:
         self.scaler.load_state_dict(state["scaler"])
         self.sampler.load_state_dict(state["sampler"])
         self.step = int(state["step"])
+        self.task.load_state_dict(state.get("task", {}))
         rank = nd.get_rank()
         if state["world_size"] == nd.get_world_size():
             restore_rng(state["rng"][rank])
         else:  # the old per-rank streams mean nothing at another world size
             seed_rank(seed, rank, self.step)
-
-
-def per_sample_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean squared error of each sample over its targets."""
-    return ((out.to(y.dtype) - y) ** 2).mean(dim=1)
 
 
 def train_step(p: Parts, cfg: Config, batch: nd.IndexBatch) -> torch.Tensor:
@@ -82,7 +79,7 @@ def train_step(p: Parts, cfg: Config, batch: nd.IndexBatch) -> torch.Tensor:
     for j, part in enumerate(micro):
         sync = contextlib.nullcontext() if j == len(micro) - 1 else p.model.no_sync()
         with sync, autocast_context(cfg, p.device):
-            per = per_sample_loss(p.model(p.data.train_x[part].to(p.device)), p.data.train_y[part].to(p.device))
+            per = p.task.loss(p.model, p.task.batch("train", part, p.device))
             loss = nd.global_batch_loss(per, batch.global_size)
         p.scaler.scale(loss).backward()
         local[0] += per.detach().double().sum().cpu()
@@ -117,20 +114,18 @@ def _non_finite(p: Parts, cfg: Config, local: torch.Tensor) -> None:
 
 @torch.no_grad()
 def evaluate(p: Parts, cfg: Config) -> dict[str, float]:
-    """Exact global validation loss and MAE: sample-weighted sums, no padding."""
-    x, y = p.data.val_x, p.data.val_y
-    if len(x) == 0:
+    """Exact global validation metrics: the task's sums over every rank's share, no padding."""
+    if p.task.val_size == 0:
         return {}
-    sampler = nd.DistributedSampler(dataset_size=len(x), batch_size=cfg.training.global_batch_size, shuffle=False)
-    sums = torch.zeros(3, dtype=torch.float64)  # squared-error loss, absolute error, samples
+    sampler = nd.DistributedSampler(dataset_size=p.task.val_size, batch_size=cfg.training.global_batch_size, shuffle=False)
+    p.model.eval()
+    sums = None
     for batch in sampler:
-        ids = torch.tensor(batch, dtype=torch.long)
         with autocast_context(cfg, p.device):
-            out = p.model.module(x[ids].to(p.device)).to(y.dtype).cpu()
-        sums += torch.stack([per_sample_loss(out, y[ids]).double().sum(),
-                             (out - y[ids]).abs().mean(dim=1).double().sum(), torch.tensor(float(len(ids)))])
-    sums = nd.all_reduce(sums)
-    return {"val/loss": float(sums[0] / sums[2]), "val/mae": float(sums[1] / sums[2])}
+            part = p.task.eval_sums(p.model.module, p.task.batch("val", torch.tensor(batch, dtype=torch.long), p.device))
+        sums = part if sums is None else sums + part
+    p.model.train()
+    return p.task.finalize(nd.all_reduce(sums, check=False))
 
 
 def _resume(p: Parts, cfg: Config, resume: str, ckpt_dir: Path) -> Optional[int]:
@@ -210,7 +205,9 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
         report.metrics(p.step, final)
     report.close()
     if rank == 0:
-        plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png") if (run_dir / "metrics.jsonl").exists() else None
+        if (run_dir / "metrics.jsonl").exists():
+            plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png")
+        p.task.report(run_dir, p.model.module, final, {"processes": float(world), "samples_per_s": samples / elapsed})
         summary = format_summary(final, elapsed, samples, per_rank, world)
         (run_dir / "summary.txt").write_text(summary + "\n")
         print(summary, flush=True)
