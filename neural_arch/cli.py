@@ -44,6 +44,40 @@ def _env_report() -> list[str]:
     ]
 
 
+COMMANDS = {
+    "train": "train from a YAML config",
+    "create-data": "create the dataset a config names (icenet)",
+    "export": "export a checkpoint to TorchScript for C++",
+    "launch": "start a distributed job",
+    "env": "show the detected environment",
+}
+
+
+def create_data_command(argv: Sequence[str]) -> int:
+    """``neural-arch create-data --config FILE [--set ...]``: write the icenet store (split
+    over the ranks when started under a launcher, srun or mpirun)."""
+    from neural_arch.training import entry
+    from neural_arch.training.config import ConfigError, load_config
+
+    ns = entry.parser().parse_args(argv)
+    try:
+        cfg = load_config(ns.config, ns.overrides)
+        if cfg.data.name != "icenet":
+            raise ConfigError(f"data.name={cfg.data.name!r}: only icenet data is created ahead of training")
+    except ConfigError as exc:
+        print(f"neural-arch create-data: error: {exc}", file=sys.stderr)
+        return 2
+    import neural_arch.distributed as nd
+    from neural_arch.training.task_icenet import create_data
+
+    nd.init_process_group()
+    path = create_data(cfg)
+    if nd.get_rank() == 0:
+        print(f"created {path} on {nd.get_world_size()} process(es)")
+    nd.destroy_process_group()
+    return 0
+
+
 def train_command(argv: Sequence[str]) -> int:
     """``neural-arch train``: train here, or start N workers through our launcher (restarts on)."""
     from pathlib import Path
@@ -92,16 +126,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Dispatch ``neural-arch SUBCOMMAND ...``; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="neural-arch", description="Exact, fault-tolerant distributed training.")
-    parser.add_argument("command", choices=["train", "launch", "env"],
-                        help="train: train from a config; launch: start a distributed job; env: show the detected environment")
+    parser.add_argument("command", choices=list(COMMANDS), help="; ".join(f"{k}: {v}" for k, v in COMMANDS.items()))
     if not args or args[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if args else 2
-    if args[0] not in ("train", "launch", "env"):
-        print(f"neural-arch: error: unknown command {args[0]!r}; use one of: train, launch, env", file=sys.stderr)
+    if args[0] not in COMMANDS:
+        print(f"neural-arch: error: unknown command {args[0]!r}; use one of: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     if args[0] == "train":
         return train_command(args[1:])
+    if args[0] == "create-data":
+        return create_data_command(args[1:])
+    if args[0] == "export":
+        from neural_arch.export_cli import main as export_main
+
+        return export_main(args[1:])
     if args[0] == "launch":
         from neural_arch.distributed.launcher import main as launch_main
 

@@ -20,6 +20,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one config value (repeatable), e.g. --set optim.lr=0.01")
     p.add_argument("--resume", default=None, help="auto (newest good checkpoint, default), none, or a checkpoint path")
+    p.add_argument("--create-data", action="store_true",
+                   help="create the dataset at data.path first if it does not exist (icenet)")
     p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", type=int, default=None,
                    help="processes on this node (default: training.nproc_per_node)")
     return p
@@ -36,7 +38,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         print(f"neural-arch train: error: {exc}", file=sys.stderr)
         return 2
-    train(cfg, resume=ns.resume)
+    train(cfg, resume=ns.resume, create_data=ns.create_data)
     return 0
 
 

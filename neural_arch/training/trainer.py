@@ -141,8 +141,13 @@ def _resume(p: Parts, cfg: Config, resume: str, ckpt_dir: Path) -> Optional[int]
     return info.step
 
 
-def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callable[[int], None]] = None) -> dict[str, float]:
-    """Train to ``cfg.training.steps``; returns the final metrics (identical on every rank)."""
+def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callable[[int], None]] = None,
+          create_data: bool = False) -> dict[str, float]:
+    """Train to ``cfg.training.steps``; returns the final metrics (identical on every rank).
+
+    ``create_data``: first create the icenet store at ``data.path`` if it does not exist
+    (every rank writes its share of the months).
+    """
     t = cfg.training
     nd.init_process_group(backend=None if t.backend == "auto" else t.backend, timeout=t.timeout)
     rank, world = nd.get_rank(), nd.get_world_size()
@@ -155,6 +160,10 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
     nd.barrier()
+    if create_data and cfg.data.name == "icenet" and not Path(cfg.data.path).exists():  # type: ignore[arg-type]
+        from neural_arch.training.task_icenet import create_data as create_icenet_data
+
+        create_icenet_data(cfg)
     seed_rank(cfg.run.seed, rank)
     p = Parts(cfg, device)
     resumed = _resume(p, cfg, resume or cfg.checkpoint.resume, run_dir / "checkpoints")
