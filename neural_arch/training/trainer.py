@@ -13,6 +13,7 @@ result: weights, optimizer, scheduler, scaler, sampler position, step, every ran
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -204,10 +205,10 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
                 break
         else:
             p.sampler.set_epoch(p.sampler.epoch + 1)
+    train_seconds = time.perf_counter() - started
     final = evaluate(p, cfg)
     if last_saved != p.step:
         save_checkpoint(run_dir / "checkpoints", p.step, p.state(), keep_last=cfg.checkpoint.keep_last, metric=final.get("val/loss"))
-    elapsed = time.perf_counter() - started
     mean_max = torch.tensor([sum(step_times) / max(len(step_times), 1), max(step_times, default=0.0)], dtype=torch.float64)
     per_rank = [(float(a), float(b)) for a, b in nd.all_gather(mean_max)]
     if final:
@@ -216,8 +217,11 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
     if rank == 0:
         if (run_dir / "metrics.jsonl").exists():
             plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png")
-        p.task.report(run_dir, p.model.module, final, {"processes": float(world), "samples_per_s": samples / elapsed})
-        summary = format_summary(final, elapsed, samples, per_rank, world)
+        throughput = {"processes": float(world), "samples_per_s": samples / max(train_seconds, 1e-9),
+                      "train_seconds": train_seconds, "steps": float(len(step_times))}
+        p.task.report(run_dir, p.model.module, final, throughput)
+        summary = format_summary(final, train_seconds, samples, per_rank, world)
         (run_dir / "summary.txt").write_text(summary + "\n")
+        (run_dir / "summary.json").write_text(json.dumps({**throughput, **final}, indent=2) + "\n")
         print(summary, flush=True)
     return final
