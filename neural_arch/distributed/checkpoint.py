@@ -11,37 +11,47 @@ Layout: ``run/checkpoints/step_00000020/{state.pt,manifest.json}`` plus the text
 ``last`` and ``best`` naming a step directory. A step directory appears only complete
 (written under ``.tmp-*``, fsynced, manifest last, then renamed), and ``load_checkpoint``
 checks size and sha256 before unpickling, falling back to the previous checkpoint with a
-``RuntimeWarning`` when the newest one is damaged. ``save_sharded``/``load_sharded`` go
-through ``torch.distributed.checkpoint`` (DCP) for DTensor/FSDP state, which can be loaded
-at a different world size. Ranks must share one filesystem (one node, or NFS/Lustre/GPFS).
+``RuntimeWarning`` when the newest one is damaged. ``save_sharded``/``load_sharded`` (in
+sharded.py, re-exported here) go through ``torch.distributed.checkpoint`` (DCP) for
+DTensor/FSDP state, which can be loaded at a different world size. The fsync/rename
+helpers live in atomic_files.py. Ranks must share one filesystem (one node, or NFS/Lustre/GPFS).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import re
-import shutil
-import uuid
 import warnings
 from collections import OrderedDict
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import torch
 
+from neural_arch.distributed.atomic_files import (
+    TMP_PREFIX,
+    commit_dir,
+    delete,
+    fsync_dir,
+    make_tmp_dir,
+    remove,
+    sha256,
+    tmp_path,
+    write_file,
+)
 from neural_arch.distributed.collectives import all_gather_object
-from neural_arch.distributed.process_group import get_rank, is_initialized
+from neural_arch.distributed.process_group import get_rank
+
+if TYPE_CHECKING:
+    from neural_arch.distributed.sharded import load_sharded, save_sharded
 
 FORMAT = 1
 STATE_FILE = "state.pt"
 MANIFEST = "manifest.json"
-TMP_PREFIX = ".tmp-"
 POINTERS = ("last", "best")
 _STEP_DIR = re.compile(r"step_(\d+)")
 # What torch.load(weights_only=True) rebuilds (checked against torch 2.13). Exact types on
@@ -147,57 +157,14 @@ def list_checkpoints(directory: PathLike) -> list[CheckpointInfo]:
     return infos
 
 
-def save_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
-    """Save (possibly DTensor-sharded) ``state_dict`` with DCP into ``directory``; call on every rank.
+def __getattr__(name: str) -> Any:
+    # Why lazy: sharded.py imports CheckpointError and _on_rank0 from here, so a top-level
+    # import of it would be a cycle; this keeps ``checkpoint.save_sharded`` importable.
+    if name in ("save_sharded", "load_sharded"):
+        from neural_arch.distributed import sharded
 
-    Ranks write their shards into one temporary sibling directory, whose name rank 0 picks
-    and shares; rank 0 renames it to ``directory`` when all shards are written. An existing
-    ``directory`` is replaced. Works without a process group (world size 1).
-    """
-    import torch.distributed.checkpoint as dcp  # here: importing DCP costs ~0.6 s, most runs never shard
-
-    final = Path(directory)
-    failed = f"could not write sharded checkpoint {final}"
-    tmp = final.parent / _on_rank0(lambda: _make_tmp_dir(final.parent, final.name).name, failed)
-    try:
-        with _quiet_single_process():
-            dcp.save(state_dict, checkpoint_id=tmp, no_dist=not is_initialized())
-    except Exception as exc:
-        # DCP gathers per-rank failures, so every rank gets here together.
-        if get_rank() == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"{failed}: {exc}") from exc
-    _on_rank0(lambda: _commit_dir(tmp, final), failed)
-
-
-def load_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
-    """Load ``directory`` (written by ``save_sharded`` at any world size) into ``state_dict`` in place.
-
-    Call on every rank, with tensors/DTensors already allocated in the target shapes and layouts.
-    """
-    import torch.distributed.checkpoint as dcp
-
-    path = Path(directory)
-    seen = all_gather_object((path / ".metadata").is_file())  # why: a rank raising alone would hang the rest
-    missing = [rank for rank, ok in enumerate(seen) if not ok]
-    if missing:
-        raise CheckpointError(
-            f"no sharded checkpoint at {path} (no .metadata file) as seen by rank(s) {missing}; pass the "
-            "directory save_sharded wrote, on a filesystem every rank can read."
-        )
-    try:
-        with _quiet_single_process():
-            dcp.load(state_dict, checkpoint_id=path, no_dist=not is_initialized())
-    except Exception as exc:
-        raise CheckpointError(f"could not load sharded checkpoint {path}: {exc}") from exc
-
-
-@contextmanager
-def _quiet_single_process() -> Iterator[None]:
-    """Hide DCP's "assuming ... a single process" warning: world size 1 is a supported case here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
-        yield
+        return getattr(sharded, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _on_rank0(fn: Callable[[], T], failed: str) -> T:
@@ -234,22 +201,22 @@ def _write_checkpoint(
     staged: dict[str, Path] = {}  # what to remove if anything fails before the commit
     try:
         _check_loadable(state, "state", set())
-        tmp = staged["dir"] = _make_tmp_dir(directory, name)
-        _write_file(tmp / STATE_FILE, lambda f: torch.save(state, f))
-        entry = {"sha256": _sha256(tmp / STATE_FILE), "bytes": (tmp / STATE_FILE).stat().st_size}
+        tmp = staged["dir"] = make_tmp_dir(directory, name)
+        write_file(tmp / STATE_FILE, lambda f: torch.save(state, f))
+        entry = {"sha256": sha256(tmp / STATE_FILE), "bytes": (tmp / STATE_FILE).stat().st_size}
         manifest = {"format": FORMAT, "step": step, "metric": metric, "files": {STATE_FILE: entry},
                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        _write_file(tmp / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
-        _fsync_dir(tmp)
+        write_file(tmp / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
+        fsync_dir(tmp)
         # Pointers are written now too, so that after the commit only renames remain.
         for pointer, target in (("last", name), ("best", _best_name(directory, name, metric, lower_is_better))):
             if target is not None:
-                staged[pointer] = directory / f"{TMP_PREFIX}{pointer}-{uuid.uuid4().hex[:12]}"
-                _write_file(staged[pointer], lambda f, t=target: f.write(f"{t}\n".encode()))
-        _commit_dir(tmp, directory / name)
+                staged[pointer] = tmp_path(directory, pointer)
+                write_file(staged[pointer], lambda f, t=target: f.write(f"{t}\n".encode()))
+        commit_dir(tmp, directory / name)
     except Exception as exc:
         for leftover in staged.values():
-            _remove(leftover)
+            remove(leftover)
         raise CheckpointError(
             f"could not write checkpoint step {step} to {directory}: {exc}; {_previous(directory)}"
         ) from exc
@@ -257,7 +224,7 @@ def _write_checkpoint(
         for pointer in POINTERS:
             if pointer in staged:
                 os.replace(staged[pointer], directory / pointer)
-        _fsync_dir(directory)
+        fsync_dir(directory)
     except OSError as exc:
         raise CheckpointError(
             f"checkpoint step {step} was saved to {directory / name}, but the last/best pointers could not be "
@@ -265,24 +232,6 @@ def _write_checkpoint(
         ) from exc
     _prune(directory, keep_last)
     return CheckpointInfo(path=directory / name, step=step, metric=metric)
-
-
-def _commit_dir(tmp: Path, final: Path) -> None:
-    """Rename the finished ``tmp`` to ``final``; an existing ``final`` is moved aside first and
-    deleted only after the rename, or moved back if the rename fails."""
-    replaced = None
-    if final.exists():
-        aside = final.parent / f"{TMP_PREFIX}replaced-{final.name}-{uuid.uuid4().hex[:12]}"
-        os.rename(final, aside)
-        replaced = aside
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        if replaced is not None:
-            os.rename(replaced, final)
-        raise
-    _fsync_dir(final.parent)
-    _remove(replaced)
 
 
 def _load_one(step_dir: Path, map_location: Union[str, torch.device]) -> tuple[CheckpointInfo, dict[str, Any]]:
@@ -295,7 +244,7 @@ def _load_one(step_dir: Path, map_location: Union[str, torch.device]) -> tuple[C
         raise _Unusable(f"{STATE_FILE} cannot be read: {exc}") from None
     if size != entry["bytes"]:
         raise _Unusable(f"{STATE_FILE} has {size} bytes, the manifest says {entry['bytes']}; it was truncated or overwritten")
-    if _sha256(file) != entry["sha256"]:
+    if sha256(file) != entry["sha256"]:
         raise _Unusable(f"{STATE_FILE} does not match the sha256 in its manifest; the file is corrupt")
     try:
         state = torch.load(file, map_location=map_location, weights_only=True)
@@ -372,9 +321,7 @@ def _prune(directory: Path, keep_last: int) -> None:
     doomed += [p for p in directory.iterdir() if p.name.startswith(TMP_PREFIX)]
     for path in doomed:
         try:
-            if not path.name.startswith(TMP_PREFIX):  # vanish atomically, never half-deleted
-                path = path.rename(directory / f"{TMP_PREFIX}deleting-{path.name}-{uuid.uuid4().hex[:12]}")
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            delete(path)
         except OSError as exc:
             warnings.warn(f"could not delete old checkpoint data {path} ({exc}); delete it by hand to free space",
                           RuntimeWarning, stacklevel=3)
@@ -402,43 +349,3 @@ def _step_dirs(directory: Path) -> list[tuple[int, Path]]:
         return []
     found = [(_STEP_DIR.fullmatch(p.name), p) for p in directory.iterdir()]
     return sorted((int(m.group(1)), p) for m, p in found if m and p.is_dir())
-
-
-def _make_tmp_dir(parent: Path, name: str) -> Path:
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = parent / f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir()  # not tempfile.mkdtemp: its mode 0700 would survive the rename
-    return tmp
-
-
-def _write_file(path: Path, write: Callable[[BinaryIO], Any]) -> None:
-    with open(path, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make renames/creations inside ``path`` durable (a crash could otherwise undo them)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _remove(path: Optional[Path]) -> None:
-    """Best effort: anything left behind is named ``.tmp-*`` and pruned by the next save."""
-    if path is not None and path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path is not None:
-        with suppress(OSError):
-            path.unlink(missing_ok=True)

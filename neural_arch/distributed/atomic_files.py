@@ -1,0 +1,96 @@
+"""Crash-safe file helpers: stage under ``.tmp-*``, fsync, then rename into place.
+
+Use (what checkpoint.py and sharded.py do)::
+
+    tmp = make_tmp_dir(parent, "step_00000020")          # parent/.tmp-step_00000020-<hex>
+    write_file(tmp / "state.pt", lambda f: torch.save(state, f))
+    digest = sha256(tmp / "state.pt")
+    fsync_dir(tmp)
+    commit_dir(tmp, parent / "step_00000020")             # appears complete, or not at all
+
+Anything a crash leaves behind is named ``.tmp-*`` (``TMP_PREFIX``), so readers can ignore
+it and the next writer can delete it. No collectives here: callers decide which rank writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Optional
+
+TMP_PREFIX = ".tmp-"
+
+
+def tmp_path(parent: Path, label: str) -> Path:
+    """A fresh name ``parent/.tmp-{label}-<12 hex>`` to stage (or discard) something under."""
+    return parent / f"{TMP_PREFIX}{label}-{uuid.uuid4().hex[:12]}"
+
+
+def make_tmp_dir(parent: Path, name: str) -> Path:
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_path(parent, name)
+    tmp.mkdir()  # not tempfile.mkdtemp: its mode 0700 would survive the rename
+    return tmp
+
+
+def write_file(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    with open(path, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    """Make renames/creations inside ``path`` durable (a crash could otherwise undo them)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def remove(path: Optional[Path]) -> None:
+    """Best effort: anything left behind is named ``.tmp-*`` and pruned by the next save."""
+    if path is not None and path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path is not None:
+        with suppress(OSError):
+            path.unlink(missing_ok=True)
+
+
+def commit_dir(tmp: Path, final: Path) -> None:
+    """Rename the finished ``tmp`` to ``final``; an existing ``final`` is moved aside first and
+    deleted only after the rename, or moved back if the rename fails."""
+    replaced = None
+    if final.exists():
+        aside = tmp_path(final.parent, f"replaced-{final.name}")
+        os.rename(final, aside)
+        replaced = aside
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if replaced is not None:
+            os.rename(replaced, final)
+        raise
+    fsync_dir(final.parent)
+    remove(replaced)
+
+
+def delete(path: Path) -> None:
+    """Delete the file or directory ``path``; it vanishes atomically, never half-deleted: unless it
+    is already ``.tmp-*``, it is first renamed to ``.tmp-deleting-*``. Raises ``OSError``."""
+    if not path.name.startswith(TMP_PREFIX):
+        path = path.rename(tmp_path(path.parent, f"deleting-{path.name}"))
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
