@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m neural_arch.distributed.launcher --nproc_per_node=2 --rank0_only examples/train_mlp.py
+	$(PY) -m neural_arch.cli train --config configs/icenet.yaml --create-data
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -28,17 +28,27 @@ def pump(prefix: bytes, log_path: str, show: bool) -> None:
         lines = (pending + chunk).split(b"\n")
         pending = lines.pop()
         _emit(lines, prefix, log, show)
+        if show and b"\r" in pending:  # a progress bar redrawing its line: show its latest state
+            _write(b"\r" + prefix + pending.rsplit(b"\r", 1)[1])
     if pending:
         _emit([pending], prefix, log, show)
 
 
+def _final(line: bytes) -> bytes:
+    # "\r 10%|...\r 20%|..." is one line redrawn in place; only its last state matters.
+    return line.rstrip(b"\r").rsplit(b"\r", 1)[-1]
+
+
 def _emit(lines: list[bytes], prefix: bytes, log: object, show: bool) -> None:
     if log is not None:
-        log.write(b"".join(line + b"\n" for line in lines))  # type: ignore[attr-defined]
+        log.write(b"".join(_final(line) + b"\n" for line in lines))  # type: ignore[attr-defined]
     if show:
-        data = b"".join(prefix + line + b"\n" for line in lines)
-        while data:
-            data = data[os.write(1, data) :]
+        _write(b"".join((b"\r" if b"\r" in line else b"") + prefix + _final(line) + b"\n" for line in lines))
+
+
+def _write(data: bytes) -> None:
+    while data:
+        data = data[os.write(1, data) :]
 
 
 if __name__ == "__main__":
