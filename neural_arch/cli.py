@@ -91,6 +91,7 @@ def train_command(argv: Sequence[str]) -> int:
     cluster = detect_cluster_env()
     try:
         cfg = load_config(ns.config, ns.overrides)
+        entry.check_data_exists(cfg, ns.create_data)
         nproc = ns.nproc_per_node or cfg.training.nproc_per_node
         if nproc > 1 and cluster.world_size == 1:
             load_config(ns.config, ns.overrides, world_size=nproc)  # batch divisibility, before any process starts

@@ -27,6 +27,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_data_exists(cfg: object, create_data: bool) -> None:
+    """A missing icenet store is a user mistake unless --create-data was given."""
+    from pathlib import Path
+
+    from neural_arch.training.config import ConfigError
+
+    data = cfg.data  # type: ignore[attr-defined]
+    if data.name == "icenet" and not create_data and not Path(data.path).exists():
+        raise ConfigError(f"data.path={data.path!r}: no IceNet data there; create it with `neural-arch create-data "
+                          "--config FILE` or add --create-data to the train command")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ns = parser().parse_args(argv)
     from neural_arch.distributed.env import detect_cluster_env
@@ -35,6 +47,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     try:
         cfg = load_config(ns.config, ns.overrides, world_size=detect_cluster_env().world_size)
+        check_data_exists(cfg, ns.create_data)
     except ConfigError as exc:
         print(f"neural-arch train: error: {exc}", file=sys.stderr)
         return 2
