@@ -30,7 +30,7 @@ class RunReporter:
         self.tb: Any = None
         if rank == 0:
             if progress:
-                self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
+                self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True, mininterval=1.0)
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -51,7 +51,8 @@ class RunReporter:
         """Advance the bar to ``step`` with the current loss and throughput."""
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
-            self.bar.set_postfix(loss=f"{loss:.4g}", samples_s=f"{samples_per_s:.0f}")
+            if loss == loss:  # not NaN: a loss has been logged
+                self.bar.set_postfix(loss=f"{loss:.4g}", samples_s=f"{samples_per_s:.0f}", refresh=False)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -89,7 +90,8 @@ def plot_losses(metrics_path: Path, out_png: Path) -> None:
 def format_summary(final: dict[str, float], seconds: float, samples: int, step_times: list[tuple[float, float]], world: int) -> str:
     """A one-screen end-of-run summary; ``step_times`` = per-rank (mean, max) seconds."""
     lines = [f"finished in {seconds:.1f} s on {world} process(es): {samples / max(seconds, 1e-9):.1f} samples/s"]
-    lines += [f"  {k:16s} {v:.6g}" for k, v in final.items()]
+    # Baseline metrics (e.g. val/persistence/...) are in metrics.jsonl and reports, not here.
+    lines += [f"  {k:16s} {v:.6g}" for k, v in final.items() if "/persistence/" not in k and "/climatology/" not in k]
     means = [m for m, _ in step_times]
     if means:
         slowest = max(range(len(means)), key=lambda r: means[r])
