@@ -88,8 +88,10 @@ def train_step(p: Parts, cfg: Config, batch: nd.IndexBatch) -> torch.Tensor:
     p.scaler.unscale_(p.optimizer)
     # The gradients were averaged over ranks, so this norm (and the decision below) is the
     # same on every rank without another collective.
-    clip = cfg.training.grad_clip if cfg.training.grad_clip is not None else float("inf")
-    norm = torch.nn.utils.clip_grad_norm_(p.model.parameters(), clip)
+    grads = [q.grad for q in p.model.parameters() if q.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads)  # one read of the gradients (clip_grad_norm_ with inf also rescales)
+    if cfg.training.grad_clip is not None and torch.isfinite(norm):
+        torch.nn.utils.clip_grads_with_norm_(p.model.parameters(), cfg.training.grad_clip, norm)
     if not torch.isfinite(norm) and not p.scaler.is_enabled():  # fp16's scaler skips such steps itself
         _non_finite(p, cfg, local)
         return local
