@@ -12,6 +12,7 @@ after the restart. torchrun runs the worker with plain ``torch.distributed.init_
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,10 @@ def one_round(name: str) -> tuple[bool, float | None, str]:
             ok, why = proc.returncode == 0, f"exit {proc.returncode}"
             if not ok and "connectFullMesh" in proc.stderr:
                 why += " (connectFullMesh)"
+            if not ok:  # keep the evidence
+                failed = Path(tempfile.gettempdir()) / f"recovery_failed_{name}_{os.getpid()}_{len(os.listdir(out))}.log"
+                failed.write_text(proc.stdout + "\n" + proc.stderr)
+                why += f" (log: {failed})"
         except subprocess.TimeoutExpired:
             ok, why = False, "hung > 60 s"
         killed, after = Path(out, "killed_at"), Path(out, "first_step_after")

@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 import tempfile
+import traceback
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,13 +161,18 @@ class DistributedLauncher:
         return ("-u", "-m", "neural_arch.distributed.worker", "--console", console,
                 "--log-dir", str(log_dir), script, *args)
 
-    def launch(self, script: str, *args: str) -> int:
-        """Run ``script args`` on every worker; 0 on success, non-zero (with a summary) on failure."""
+    def preflight(self, script: str) -> None:
+        """Fail fast on what can be checked before starting anything (ValueError / RuntimeError)."""
         c = self.config
         if not Path(script).is_file():
             raise ValueError(f"script {script!r} not found; pass the path of a Python file.")
         if c.master_port is not None and c.node_rank == 0 and c.min_nodes == c.max_nodes and _is_local(c.master_addr):
             check_port_free(c.master_addr, c.master_port)
+
+    def launch(self, script: str, *args: str) -> int:
+        """Run ``script args`` on every worker; 0 on success, non-zero (with a summary) on failure."""
+        c = self.config
+        self.preflight(script)
         run_id = c.run_id or (f"na-{c.master_addr}-{c.master_port}" if c.max_nodes > 1 else uuid.uuid4().hex[:12])
         with tempfile.TemporaryDirectory(prefix="neural_arch_") as scratch:
             log_dir = Path(c.log_dir) if c.log_dir else Path(scratch) / "logs"
@@ -222,12 +228,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             start_timeout=ns.start_timeout, log_dir=ns.log_dir, timeout=ns.timeout,
             run_id=ns.run_id, rank0_only=ns.rank0_only,
         )
-        return DistributedLauncher(config).launch(ns.script, *ns.script_args)
+        launcher = DistributedLauncher(config)
+        launcher.preflight(ns.script)
     except (ValueError, LaunchUsageError) as exc:
         print(f"neural-arch launch: error: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
         print(f"neural-arch launch: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return launcher.launch(ns.script, *ns.script_args)
+    except Exception as exc:  # noqa: BLE001 - the job's machinery failed, not the user's input
+        traceback.print_exc()
+        print(f"neural-arch launch: the launcher itself failed ({type(exc).__name__}: {exc}); "
+              "the traceback above shows where.", file=sys.stderr)
         return 1
 
 
