@@ -35,8 +35,9 @@ def one_round(name: str) -> tuple[bool, float | None, str]:
             if not ok and "connectFullMesh" in proc.stderr:
                 why += " (connectFullMesh)"
             if not ok:  # keep the evidence
-                failed = Path(tempfile.gettempdir()) / f"recovery_failed_{name}_{os.getpid()}_{len(os.listdir(out))}.log"
-                failed.write_text(proc.stdout + "\n" + proc.stderr)
+                handle, failed = tempfile.mkstemp(prefix=f"recovery_failed_{name}_", suffix=".log")
+                with os.fdopen(handle, "w") as f:
+                    f.write(proc.stdout + "\n" + proc.stderr)
                 why += f" (log: {failed})"
         except subprocess.TimeoutExpired:
             ok, why = False, "hung > 60 s"

@@ -83,3 +83,20 @@ def test_hpc_job_scripts_run_on_slurm(slurm, tmp_path, script, tasks):
     assert all(r["world"] == tasks for r in got)
     if tasks > 1:
         assert all(r["source"] == "slurm" for r in got)
+
+
+def test_neural_arch_train_under_srun_and_mpirun(slurm, tmp_path):
+    # `neural-arch train` joins the world the scheduler made (no launcher of its own).
+    sets = ["--set", f"run.dir={tmp_path / 'srun'}", "--set", "training.steps=4", "--set", "logging.progress=false",
+            "--set", "logging.tensorboard=false", "--set", "training.global_batch_size=8"]
+    cmd = ["srun", "-n", "2", "--time=5", sys.executable, "-m", "neural_arch.cli", "train", *sets]
+    proc = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "on 2 process(es)" in proc.stdout
+    if shutil.which("mpirun"):
+        sets[1] = f"run.dir={tmp_path / 'mpirun'}"
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-m", "neural_arch.cli",
+               "train", *sets]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "on 2 process(es)" in proc.stdout
