@@ -8,7 +8,6 @@ size, atol 1e-10 across world sizes (only summation order differs).
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -12,23 +12,15 @@ value, what is allowed and, for names, the closest valid one.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
 import os
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence, Union
+from typing import Any, Callable, Literal, Optional, Sequence
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A configuration mistake; the message is one line the CLI can print as is."""
-
-    def __init__(self, message: str):
-        super().__init__(str(message).replace("\n", " "))
+from neural_arch.training.typed_config import ConfigError, build, names, show, unknown
 
 
 @dataclass
@@ -214,7 +206,7 @@ def load_config(path: Optional[str | Path] = None, overrides: Sequence[str] = ()
     raw = _read_yaml(Path(path)) if path is not None else {}
     for text in overrides:
         _apply_override(raw, text)
-    cfg = _build(Config, raw, "")
+    cfg = build(Config, raw, "")
     validate_config(cfg, world_size=world_size)
     return cfg
 
@@ -225,7 +217,7 @@ def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
         if value is not None and not ok(value):
-            raise ConfigError(f"{key}={_show(value)} is out of range: must be {allowed}")
+            raise ConfigError(f"{key}={show(value)} is out of range: must be {allowed}")
     data, t = cfg.data, cfg.training
     if data.name == "icenet" and data.path is None:
         raise ConfigError("data.path=null but data.name is 'icenet': set data.path to the zarr store "
@@ -285,7 +277,7 @@ def _read_yaml(path: Path) -> dict:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections "
-                          f"({', '.join(_names(Config))}), got {_show(data)} ({type(data).__name__})")
+                          f"({', '.join(names(Config))}), got {show(data)} ({type(data).__name__})")
     return data
 
 
@@ -295,11 +287,11 @@ def _apply_override(raw: dict, text: str) -> None:
     section, dot, name = key.strip().partition(".")
     if not (sep and dot and section and name):
         raise ConfigError(f"malformed override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
-    if section not in _names(Config):
-        _unknown("", section, Config)
+    if section not in names(Config):
+        unknown("", section, Config)
     cls = typing.get_type_hints(Config)[section]
-    if name not in _names(cls):
-        _unknown(section, name, cls)
+    if name not in names(cls):
+        unknown(section, name, cls)
     tp = typing.get_type_hints(cls)[name]
     try:
         value = yaml.safe_load(value_text) if value_text.strip() else None
@@ -311,98 +303,5 @@ def _apply_override(raw: dict, text: str) -> None:
     if raw.get(section) is None:
         raw[section] = {}
     if not isinstance(raw[section], dict):
-        raise ConfigError(f"{section}: expected a mapping, got {_show(raw[section])}; cannot apply --set {key}")
+        raise ConfigError(f"{section}: expected a mapping, got {show(raw[section])}; cannot apply --set {key}")
     raw[section][name] = value
-
-
-# ---- generic conversion, driven by the dataclass annotations -------------------------------
-def _build(cls: Any, data: Any, prefix: str) -> Any:
-    data = {} if data is None else data  # "training:" with nothing under it means defaults
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix}: expected a mapping with keys ({', '.join(_names(cls))}), "
-                          f"got {_show(data)} ({type(data).__name__})")
-    hints, kwargs = typing.get_type_hints(cls), {}
-    for name, value in data.items():
-        if name not in hints:
-            _unknown(prefix, name, cls)
-        kwargs[name] = _convert(value, hints[name], f"{prefix}.{name}" if prefix else name)
-    return cls(**kwargs)
-
-
-def _convert(value: Any, tp: Any, key: str) -> Any:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, key)
-    if origin is Literal:
-        if isinstance(value, str) and value in args:
-            return value
-        raise ConfigError(f"{key}: got {_show(value)}, expected {_type_name(tp)}{_hint(value, args)}")
-    if origin in (Union, types.UnionType):  # only Optional[X] is used in the schema
-        if value is None and type(None) in args:
-            return None
-        try:
-            return _convert(value, next(a for a in args if a is not type(None)), key)
-        except ConfigError:
-            raise _type_error(key, value, tp) from None  # say "X or null", not just "X"
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise _type_error(key, value, tp)
-        return tuple(_convert(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-    if origin is list:  # any length
-        if not isinstance(value, (list, tuple)) or not value:
-            raise _type_error(key, value, tp)
-        return [_convert(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
-    if tp is float:
-        # PyYAML (YAML 1.1) reads 1e-3 as the text "1e-3", so numeric text is accepted too;
-        # .inf/.nan are refused because no setting here means anything with them.
-        try:
-            number = float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
-        except ValueError:
-            number = None
-        if number is None or not math.isfinite(number):
-            raise ConfigError(f"{key}: expected a finite float, got {_show(value)} ({type(value).__name__})")
-        return number
-    # bool is a subclass of int, but "steps: true" is a mistake, not 1.
-    if isinstance(value, tp) and not (isinstance(value, bool) and tp is not bool):
-        return value
-    raise _type_error(key, value, tp)
-
-
-def _type_error(key: str, value: Any, tp: Any) -> ConfigError:
-    return ConfigError(f"{key}: expected {_type_name(tp)}, got {_show(value)} ({type(value).__name__})")
-
-
-def _type_name(tp: Any) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
-    if origin is tuple:
-        return f"a list of {len(args)} values ({', '.join(_type_name(a) for a in args)})"
-    if origin is list:
-        return f"a non-empty list of {_type_name(args[0])}"
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    return getattr(tp, "__name__", str(tp))
-
-
-def _names(cls: Any) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
-def _unknown(prefix: str, name: Any, cls: Any) -> None:
-    what, full, known = ("key", f"{prefix}.{name}", _names(cls)) if prefix else ("section", str(name), _names(cls))
-    raise ConfigError(f"unknown {what} {full!r}{_hint(name, known, prefix)}; known {what}s: {', '.join(known)}")
-
-
-def _hint(value: Any, choices: Sequence[Any], prefix: str = "") -> str:
-    """' (did you mean 'x'?)' for the closest choice, or '' when none is close."""
-    close = difflib.get_close_matches(value, [str(c) for c in choices], n=1) if isinstance(value, str) else []
-    return f" (did you mean {(prefix + '.' if prefix else '') + close[0]!r}?)" if close else ""
-
-
-def _show(value: Any) -> str:
-    """A value as written in YAML (null/true, not None/True), cut short so errors stay one line."""
-    if isinstance(value, tuple):
-        value = list(value)
-    text = "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -11,7 +11,6 @@ from neural_arch.distributed import (
 
 # --- filled in for the test: a tiny model, dataset, loss and optimizer (not in the seed) ---
 import hashlib
-import sys
 
 import torch
 from torch import nn
