@@ -115,3 +115,21 @@ def test_missing_data_says_how_to_create_it(tmp_path):
     assert "create-data" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     bad = cli("export", "--checkpoint", str(tmp_path / "none"), "--output", str(tmp_path / "x.ts"))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_create_data_cli_on_two_ranks_matches_one_process(tmp_path, store):
+    sets = ["--set", "data.grid=16", "--set", "data.years=6", "--set", "data.val_years=1"]
+    launched = subprocess.run(
+        [sys.executable, "-m", "neural_arch.distributed.launcher", "--nproc_per_node=2", "--rank0_only",
+         str(Path(__file__).parents[1] / "neural_arch" / "cli.py"), "create-data", "--config", "configs/icenet.yaml",
+         "--set", f"data.path={tmp_path / 'two.zarr'}", *sets],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1])
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    assert "on 2 process(es)" in launched.stdout
+    ours = sorted(p.relative_to(tmp_path / "two.zarr") for p in (tmp_path / "two.zarr").rglob("*") if p.is_file())
+    theirs = sorted(p.relative_to(store) for p in store.rglob("*") if p.is_file())
+    assert ours == theirs
+    for rel in ours:  # the module fixture made the same spec in one process
+        assert (tmp_path / "two.zarr" / rel).read_bytes() == (store / rel).read_bytes(), rel
+    bad = cli("create-data", "--set", "data.name=synthetic")
+    assert bad.returncode == 2 and "only icenet data" in bad.stderr
