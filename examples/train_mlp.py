@@ -1,8 +1,8 @@
 """Train a small MLP on 2 processes and show it equals one process, exactly.
 
-Run: ``make run`` (which is
-``python -m neural_arch.distributed.launcher --nproc_per_node=2 --rank0_only examples/train_mlp.py``),
+Run: ``.venv/bin/python -m neural_arch.distributed.launcher --nproc_per_node=2 --rank0_only examples/train_mlp.py``,
 the same under ``torchrun --nproc_per_node=2``, or ``python examples/train_mlp.py`` for one process.
+(The hpc/ job scripts run it by default.)
 
 Every rank trains a DistributedDataParallel MLP on its share of each global batch (the
 world-size-invariant DistributedSampler, exact global_batch_loss weighting; the dataset
