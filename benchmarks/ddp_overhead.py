@@ -13,16 +13,15 @@ cores any other load makes single rounds swing by 30%.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
-from neural_arch.distributed import DistributedDataParallel, destroy_process_group, init_process_group
+from neural_arch.distributed import DistributedDataParallel
+from two_ranks import on_two_ranks  # benchmarks/ is on sys.path when a script here runs
 
 
 def make_model(width: int) -> nn.Module:
@@ -41,10 +40,7 @@ def time_steps(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
     return (time.perf_counter() - start) / steps
 
 
-def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: "mp.Queue") -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    init_process_group(backend="gloo")
+def body(rank: int, args: argparse.Namespace) -> dict[str, list[float]]:
     ours = DistributedDataParallel(make_model(args.width))
     raw = nn.parallel.DistributedDataParallel(make_model(args.width))
     opts = {name: torch.optim.SGD(m.parameters(), lr=0.01) for name, m in (("ours", ours), ("raw", raw))}
@@ -58,9 +54,7 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: "mp.
         order = ["ours", "raw"] if r % 2 == 0 else ["raw", "ours"]
         for name in order:
             times[name].append(time_steps(models[name], opts[name], x, y, args.steps))
-    if rank == 0:
-        out.put(times)
-    destroy_process_group()
+    return times
 
 
 def main() -> None:
@@ -70,19 +64,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=64)
     args = parser.parse_args()
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, 2, port, args, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    times = out.get(timeout=1800)
-    for p in procs:
-        p.join()
+    times = on_two_ranks(body, args)
     ours, raw = statistics.median(times["ours"]), statistics.median(times["raw"])
     params = sum(p.numel() for p in make_model(args.width).parameters())
     print(f"model: MLP {params / 1e6:.2f} M params, batch {args.batch}/rank, 2 ranks gloo, 1 thread each")

@@ -17,19 +17,17 @@ afterwards, vs the checkpoint-free trainer's mean step is the checkpoint cost).
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
 import tempfile
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from neural_arch.training.builders import build_datasets, build_model
 from neural_arch.training.config import CheckpointConfig, load_config
 from neural_arch.training.trainer import train
+from two_ranks import on_two_ranks  # benchmarks/ is on sys.path when a script here runs
 
 
 def config(args: argparse.Namespace, run_dir: str, checkpoint_every: int):
@@ -64,12 +62,7 @@ def trainer_run(cfg) -> list[float]:
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def worker(rank: int, port: int, args: argparse.Namespace, out: "mp.Queue") -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    from neural_arch.distributed import init_process_group
-
-    init_process_group(backend="gloo")
+def body(rank: int, args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     default_every = CheckpointConfig().every_steps
     results: dict[str, list[float]] = {"hand": [], "trainer": [], "trainer+ckpt": []}
     means: dict[str, list[float]] = {"trainer": [], "trainer+ckpt": []}
@@ -83,8 +76,7 @@ def worker(rank: int, port: int, args: argparse.Namespace, out: "mp.Queue") -> N
                 results[name].append(statistics.median(warm))
                 if name in means:  # the mean includes the saves and whatever they slow down afterwards
                     means[name].append(statistics.mean(warm))
-    if rank == 0:
-        out.put((results, means))
+    return results, means
 
 
 def main() -> None:
@@ -94,17 +86,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, port, args, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results, means = out.get(timeout=3600)
-    for p in procs:
-        p.join()
+    results, means = on_two_ranks(body, args)
     hand, ours = statistics.median(results["hand"]), statistics.median(results["trainer"])
     paired = statistics.median(o / h for o, h in zip(results["trainer"], results["hand"]))
     with_ckpt = statistics.median(means["trainer+ckpt"])

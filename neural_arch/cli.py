@@ -95,13 +95,12 @@ def train_command(argv: Sequence[str]) -> int:
         nproc = ns.nproc_per_node or cfg.training.nproc_per_node
         if nproc > 1 and cluster.world_size == 1:
             load_config(ns.config, ns.overrides, world_size=nproc)  # batch divisibility, before any process starts
-            worker_args = [a for a in argv]
             launcher = LaunchConfig(
                 nproc_per_node=nproc, max_restarts=cfg.training.max_restarts, timeout=cfg.training.timeout,
                 backend=None if cfg.training.backend == "auto" else cfg.training.backend,
                 log_dir=str(Path(cfg.run.dir) / "logs" / "console"), rank0_only=True,
             )
-            return DistributedLauncher(launcher).launch(entry.__file__, *_without_nproc(worker_args))
+            return DistributedLauncher(launcher).launch(entry.__file__, *_without_nproc(list(argv)))
     except ConfigError as exc:
         print(f"neural-arch train: error: {exc}", file=sys.stderr)
         return 2

@@ -67,11 +67,11 @@ class RobustElasticAgent(LocalElasticAgent):
         if worker_group.group_rank == 0:
             port = worker_group.master_port
             if handler.use_agent_store:
-                old, self._fresh_store = self._fresh_store, dist.TCPStore(
+                self._fresh_store = None  # the previous attempt's server, and its stale keys, go away
+                self._fresh_store = dist.TCPStore(
                     worker_group.master_addr, 0, is_master=True, multi_tenant=True,
                     wait_for_workers=False, timeout=timedelta(seconds=300),
                 )
-                del old  # the previous attempt's keys die with its server
                 port = self._fresh_store.port
             self._store.set(key, f"{port} {uuid.uuid4().hex[:12]}")
         port_text, attempt_id = self._store.get(key).decode().split()

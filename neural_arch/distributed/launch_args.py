@@ -61,6 +61,17 @@ def _option_name(token: str) -> Optional[str]:
     return name if name in _OPTIONS else None
 
 
+def _take_option(tokens: list[str], i: int, name: str, ours: list[str]) -> int:
+    """Move launcher option ``tokens[i]`` (and its value, if separate) to ``ours``; next index."""
+    ours.append(tokens[i])
+    if _OPTIONS[name] and "=" not in tokens[i]:
+        if i + 1 >= len(tokens):
+            raise LaunchUsageError(f"launcher option {tokens[i]} needs a value")
+        ours.append(tokens[i + 1])
+        return i + 2
+    return i + 1
+
+
 def split_argv(argv: Sequence[str]) -> tuple[list[str], str, list[str]]:
     """(launcher options, script, script args) from a command line in either order."""
     argv = list(argv)
@@ -76,13 +87,7 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], str, list[str]]:
             if argv[i] in ("-h", "--help"):
                 return [argv[i]], "", []
             raise LaunchUsageError(f"unknown launcher option {argv[i]!r}; see --help (script options go after the script or after --)")
-        ours.append(argv[i])
-        if _OPTIONS[name] and "=" not in argv[i]:
-            if i + 1 >= len(argv):
-                raise LaunchUsageError(f"launcher option {argv[i]} needs a value")
-            ours.append(argv[i + 1])
-            i += 1
-        i += 1
+        i = _take_option(argv, i, name, ours)
     if i >= len(argv):
         if tail:  # `launcher [opts] -- script args`
             return ours, tail[0], tail[1:]
@@ -96,14 +101,9 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], str, list[str]]:
         name = _option_name(rest[j])
         if name is None:
             script_args.append(rest[j])
+            j += 1
         else:
-            ours.append(rest[j])
-            if _OPTIONS[name] and "=" not in rest[j]:
-                if j + 1 >= len(rest):
-                    raise LaunchUsageError(f"launcher option {rest[j]} needs a value")
-                ours.append(rest[j + 1])
-                j += 1
-        j += 1
+            j = _take_option(rest, j, name, ours)
     return ours, script, script_args + tail
 
 

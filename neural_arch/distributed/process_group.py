@@ -191,16 +191,19 @@ def destroy_process_group() -> None:
     dist.destroy_process_group()
 
 
-def _destroy_at_exit() -> None:
-    if not dist.is_initialized():
-        return
-    if getattr(sys, "last_value", None) is not None:
-        # Dying of an uncaught exception: a barrier would wait for healthy peers until the
-        # timeout, delaying the launcher's restart. Leave at once.
+def abandon_process_group() -> None:
+    """Leave at once, without the barrier: for a process that is failing, whose healthy
+    peers would otherwise wait for it until the timeout (delaying the launcher's restart)."""
+    if dist.is_initialized():
         stop_heartbeat()
         dist.destroy_process_group()
-        return
-    destroy_process_group()
+
+
+def _destroy_at_exit() -> None:
+    if getattr(sys, "last_value", None) is not None:  # dying of an uncaught exception
+        abandon_process_group()
+    else:
+        destroy_process_group()
 
 
 def is_initialized() -> bool:

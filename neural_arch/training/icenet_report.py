@@ -37,8 +37,7 @@ def mean_accuracy(final: dict[str, float], name: str, leads: int) -> float:
 
 def _pick_sample(task: Any) -> int:
     """A validation forecast started in June (melt season: persistence struggles most)."""
-    months = task.val.load(list(range(task.val_size)))["init_month"] if task.val_size else torch.zeros(0)
-    june = [i for i, m in enumerate(months.tolist()) if m % 12 == 5]
+    june = [i for i, m in enumerate(task.val.init_months.tolist()) if m % 12 == 5]
     return june[0] if june else 0
 
 

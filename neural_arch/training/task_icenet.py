@@ -67,15 +67,11 @@ class IceNetTask(Task):
 
     def prepare(self) -> None:
         rank, world = nd.get_rank(), nd.get_world_size()
-        mine = list(range(rank, self.train_size, world))  # each rank reads only its share
-        x = self.train.load(mine)["x"] if mine else torch.zeros((0, len(self.train.channels), *self.active.shape))
-        mean, std = nd.global_mean_std(x.double(), dim=(0, 2, 3))
+        mine = self.train.load(list(range(rank, self.train_size, world)))  # each rank reads only its share
+        mean, std = nd.global_mean_std(mine["x"].double(), dim=(0, 2, 3))
         self.mean, self.std = mean.float(), torch.where(std > 0, std, torch.ones_like(std)).float()
-        counts = torch.zeros(3, dtype=torch.float64)
-        if mine:
-            classes = self.train.load(mine)["target_class"][..., self.active]
-            counts += torch.bincount(classes.reshape(-1), minlength=3).double()
-        counts = nd.all_reduce(counts, check=False)
+        classes = mine["target_class"][..., self.active]
+        counts = nd.all_reduce(torch.bincount(classes.reshape(-1), minlength=3).double(), check=False)
         weights = counts.sum() / (3 * counts.clamp(min=1))  # inverse frequency, mean 1 when balanced
         self.class_weights = (weights / weights.mean()).float()
         if rank == 0:

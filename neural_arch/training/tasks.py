@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from neural_arch.training.builders import PARAM_DTYPES, build_datasets, build_model
+from neural_arch.training.builders import build_datasets, build_model
 from neural_arch.training.config import Config
 
 
@@ -95,5 +95,4 @@ def build_task(cfg: Config) -> Task:
         from neural_arch.training.task_icenet import IceNetTask
 
         return IceNetTask(cfg)
-    assert cfg.training.precision in PARAM_DTYPES
     return RegressionTask(cfg)
