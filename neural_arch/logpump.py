@@ -1,13 +1,16 @@
 """Copy a worker's output to its log file and the console, in a process of its own.
 
 Started by ``neural_arch.distributed.worker`` as
-``python -m neural_arch.logpump PREFIX LOG_PATH SHOW`` with the worker's output pipe as
-stdin; not meant to be run by hand.
+``python -m neural_arch.logpump PREFIX LOG_FD SHOW`` with the worker's output pipe as
+stdin and the log file already open (and locked by the worker) as LOG_FD; not meant to be
+run by hand.
 
 Why a separate process: a worker killed by SIGKILL cannot flush anything, but a pump in
 another process still reads every byte the worker wrote before it died. The pump ignores
 SIGINT/SIGTERM (a stopping job must not lose its last lines) and exits when the pipe
-closes. It imports nothing heavy, so it starts in milliseconds.
+closes. Its log file descriptor carries the worker's exclusive lock, so the lock lasts
+until the pump has written everything. It imports nothing heavy, so it starts in
+milliseconds.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import signal
 import sys
 
 
-def pump(prefix: bytes, log_path: str, show: bool) -> None:
-    """Read stdin to EOF; append raw lines to ``log_path``, prefixed lines to stdout."""
-    log = open(log_path, "ab", buffering=0) if log_path else None
+def pump(prefix: bytes, log_fd: int, show: bool) -> None:
+    """Read stdin to EOF; append raw lines to the open file ``log_fd`` (-1: none), prefixed
+    lines to stdout."""
+    log = os.fdopen(log_fd, "ab", buffering=0) if log_fd >= 0 else None
     pending = b""
     while True:
         chunk = os.read(0, 65536)
@@ -54,4 +58,4 @@ def _write(data: bytes) -> None:
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    pump(sys.argv[1].encode(), sys.argv[2], sys.argv[3] == "1")
+    pump(sys.argv[1].encode(), int(sys.argv[2]), sys.argv[3] == "1")

@@ -183,3 +183,17 @@ def test_neural_arch_cli_launch_and_env(tmp_path):
     assert "master:           cn1:" in env.stdout and "free port:" in env.stdout and "torch 2." in env.stdout
     bad = subprocess.run(cli + ["frobnicate"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown command 'frobnicate'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_root_cause_prefers_the_killed_rank_over_its_victims():
+    from neural_arch.distributed.agent import FailureRecord
+    from neural_arch.distributed.failures import format_failure_summary
+
+    victim = FailureRecord(attempt=0, rank=0, local_rank=0, pid=10, exitcode=1, signal=None, timestamp=100,
+                           message={"message": "RuntimeError: Read error: Connection reset by peer"})
+    killed = FailureRecord(attempt=0, rank=1, local_rank=1, pid=11, exitcode=-9, signal="SIGKILL", timestamp=101,
+                           message="Signal 9 (SIGKILL) received by PID 11")
+    bug = FailureRecord(attempt=0, rank=2, local_rank=2, pid=12, exitcode=1, signal=None, timestamp=102,
+                        message={"message": "ValueError: bad shape"})
+    assert "root cause: attempt 0, rank 1 " in format_failure_summary([victim, killed], None, 0)
+    assert "root cause: attempt 0, rank 2 " in format_failure_summary([victim, bug], None, 0)

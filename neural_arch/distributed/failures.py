@@ -7,7 +7,9 @@ own output for that attempt (from ``rank_N.log``), or its recorded Python traceb
 
 from __future__ import annotations
 
+import fcntl
 import re
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -16,7 +18,25 @@ from neural_arch.distributed.agent import FailureRecord
 TAIL_LINES = 12
 
 
+def _wait_for_writer(log: Path, timeout: float = 5.0) -> None:
+    """Wait (bounded) until the log pump that writes ``log`` has exited: it holds a lock."""
+    try:
+        with open(log, "rb") as f:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(0.02)
+    except OSError:
+        return
+
+
 def _section_for_pid(log: Path, pid: int) -> list[str]:
+    _wait_for_writer(log)
     try:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
@@ -39,6 +59,23 @@ def _traceback_tail(message: object) -> list[str]:
     return []
 
 
+# Errors a rank raises because a PEER died or stalled: effects, not causes.
+_PEER_ERRORS = ("connection reset by peer", "connection closed by peer", "connectfullmesh", "timed out",
+                "broken pipe", "connection refused")
+
+
+def _blame(record: FailureRecord) -> int:
+    """How likely a failure started the trouble (lower first). Timestamps cannot decide: a
+    signal death is stamped when the agent notices it (whole seconds), after the peer that
+    already failed because of it wrote its own error file."""
+    if record.signal == "SIGTERM":
+        return 3  # the launcher stopping the group
+    if record.signal is not None:
+        return 0  # killed from outside or crashed (SIGKILL, SIGSEGV, SIGABRT, ...)
+    text = str(record.message).lower()
+    return 2 if any(marker in text for marker in _PEER_ERRORS) else 1
+
+
 def describe(record: FailureRecord) -> str:
     """``rank 1 (local rank 1, pid 42): killed by signal SIGKILL``."""
     how = f"killed by signal {record.signal}" if record.signal else f"exited with code {record.exitcode}"
@@ -48,10 +85,11 @@ def describe(record: FailureRecord) -> str:
 def format_failure_summary(
     records: Sequence[FailureRecord], log_dir: Optional[Path], max_restarts: int, show_log_path: bool = True
 ) -> str:
-    """Multi-line summary of every attempt's failures; the earliest is the root cause."""
+    """Multi-line summary of every attempt's failures; the first attempt's most likely
+    cause (see ``_blame``) is named the root cause."""
     if not records:
         return "neural_arch launcher: the job failed, but no worker failure was recorded."
-    ordered = sorted(records, key=lambda r: (r.attempt, r.timestamp))
+    ordered = sorted(records, key=lambda r: (r.attempt, _blame(r), r.timestamp))
     attempts = ordered[-1].attempt + 1
     out = [
         f"neural_arch launcher: job failed after {attempts} attempt(s) (max_restarts={max_restarts}).",

@@ -16,11 +16,13 @@ you rarely run it by hand.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import io
 import os
 import runpy
 import sys
 import subprocess
+import time
 import traceback
 from pathlib import Path
 from typing import Optional, Sequence
@@ -36,13 +38,23 @@ class OutputTee:
     file and the prefixed console lines, and survives this process being killed."""
 
     def __init__(self, prefix: str, log_path: Optional[Path], show: bool) -> None:
+        log_fd = -1
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            _lock(log_fd)
         read_fd, write_fd = os.pipe()
         self.pump = subprocess.Popen(
-            [sys.executable, "-m", "neural_arch.logpump", prefix, str(log_path or ""), "1" if show else "0"],
-            stdin=read_fd, close_fds=True,
+            [sys.executable, "-m", "neural_arch.logpump", prefix, str(log_fd), "1" if show else "0"],
+            stdin=read_fd, close_fds=True, pass_fds=(log_fd,) if log_fd >= 0 else (),
+            # Its own session: the launcher SIGKILLs a stopped worker's whole process group,
+            # and the pump must outlive that long enough to write the worker's last lines.
+            start_new_session=True,
         )
+        if log_fd >= 0:
+            # The pump shares this open file and so its lock, which is released only when the
+            # pump exits too: a reader that waits for the lock sees every line (failures.py).
+            os.close(log_fd)
         os.close(read_fd)
         self.saved = (os.dup(1), os.dup(2))
         os.dup2(write_fd, 1)
@@ -64,6 +76,19 @@ class OutputTee:
             self.pump.wait(timeout=10)
         except subprocess.TimeoutExpired:  # a child of the script still holds the pipe
             pass
+
+
+def _lock(fd: int, timeout: float = 10.0) -> None:
+    """Take the log's exclusive lock; a previous attempt's pump may still hold it briefly."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return  # write unlocked rather than not at all
+            time.sleep(0.02)
 
 
 def _rebind_python_streams() -> None:
@@ -89,13 +114,9 @@ def _record_failure(exc: BaseException) -> None:
         from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
         ErrorHandler().record_exception(exc)
-    import torch.distributed as dist
+    from neural_arch.distributed.process_group import abandon_process_group
 
-    if dist.is_available() and dist.is_initialized():
-        from neural_arch.distributed.heartbeat import stop_heartbeat
-
-        stop_heartbeat()
-        dist.destroy_process_group()  # no barrier: peers may be healthy and busy
+    abandon_process_group()  # peers may be healthy and busy: no barrier
 
 
 def _exit_code(code: object) -> int:
