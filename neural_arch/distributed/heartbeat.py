@@ -38,16 +38,21 @@ class Heartbeat:
         self.store = dist.distributed_c10d._get_default_store()
         self.rank, self.interval = rank, interval
         self._stop = threading.Event()
+        # The first beat is written before init returns: a rank that stops or hangs right
+        # after init must read as "silent", not "never reported", whatever the thread timing.
+        self._write()
         self.thread = threading.Thread(target=self._beat, name=f"neural_arch-heartbeat-{rank}", daemon=True)
         self.thread.start()
 
+    def _write(self) -> None:
+        self.store.set(_key(self.rank), f"{_sequence(self.group)} {time.time():.3f}")
+
     def _beat(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.wait(self.interval):
             try:
-                self.store.set(_key(self.rank), f"{_sequence(self.group)} {time.time():.3f}")
+                self._write()
             except Exception:  # noqa: BLE001 - the store is gone: the group is shutting down
                 return
-            self._stop.wait(self.interval)
 
     def stop(self) -> None:
         """Stop and join the thread; must happen before the group is destroyed, because a
