@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from neural_arch.distributed.atomic_files import commit_dir, make_tmp_dir
-from neural_arch.distributed.checkpoint import CheckpointError, PathLike, _on_rank0
+from neural_arch.distributed.checkpoint_base import CheckpointError, PathLike, on_rank0
 from neural_arch.distributed.collectives import all_gather_object
 from neural_arch.distributed.process_group import get_rank, is_initialized
 
@@ -37,7 +37,7 @@ def save_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
 
     final = Path(directory)
     failed = f"could not write sharded checkpoint {final}"
-    tmp = final.parent / _on_rank0(lambda: make_tmp_dir(final.parent, final.name).name, failed)
+    tmp = final.parent / on_rank0(lambda: make_tmp_dir(final.parent, final.name).name, failed)
     try:
         with _quiet_single_process():
             dcp.save(state_dict, checkpoint_id=tmp, no_dist=not is_initialized())
@@ -46,7 +46,7 @@ def save_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
         if get_rank() == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(f"{failed}: {exc}") from exc
-    _on_rank0(lambda: commit_dir(tmp, final), failed)
+    on_rank0(lambda: commit_dir(tmp, final), failed)
 
 
 def load_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
