@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from neural_arch.distributed import (
     DistributedDataParallel,
@@ -133,6 +134,56 @@ def test_no_sync_really_skips_communication():
         assert after == 0.0 and err < 1e-15  # sync_gradients averaged them
 
 
+# Seed 003, "Gradient Synchronization Control", verbatim (after its import line).
+SEED_003_NO_SYNC = """
+with no_sync():
+    for micro_batch in micro_batches[:-1]:
+        output = model(micro_batch)
+        loss = criterion(output, targets)
+        loss.backward()  # No gradient sync
+
+# Final batch with synchronization
+output = model(micro_batches[-1])
+loss = criterion(output, targets)
+loss.backward()  # Gradients synchronized here
+"""
+
+
+def seed_micro_batches(rank: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    x, y = make_data(24)
+    share = x[rank * 12:(rank + 1) * 12]
+    return [share[i:i + 4] for i in range(0, 12, 4)], y[rank * 4:(rank + 1) * 4]
+
+
+def seed_no_sync_worker(rank, world_size):
+    init_process_group(backend="gloo")
+    model = DistributedDataParallel(make_model())
+    reductions = []
+
+    def counting_hook(state, bucket):
+        reductions.append(bucket.index())
+        return allreduce_hook(state, bucket)
+
+    model.torch_ddp.register_comm_hook(None, counting_hook)
+    micro_batches, targets = seed_micro_batches(rank)
+    exec(SEED_003_NO_SYNC, {"no_sync": no_sync, "model": model, "micro_batches": micro_batches,
+                            "targets": targets, "criterion": nn.MSELoss()})
+    return [p.grad.numpy().copy() for p in model.module.parameters()], len(reductions)
+
+
+def test_seed_003_bare_no_sync_accumulates_then_syncs_once():
+    model, criterion = make_model(), nn.MSELoss()
+    for rank in range(2):  # one process: the sum over micro-batches, averaged over ranks
+        micro_batches, targets = seed_micro_batches(rank)
+        for micro_batch in micro_batches:
+            (criterion(model(micro_batch), targets) / 2).backward()
+    expected = [p.grad for p in model.parameters()]
+    for grads, reductions in run_ranks(seed_no_sync_worker, 2):
+        assert reductions == 1  # one bucket, communicated once: after the last micro-batch only
+        for got, ref in zip(grads, expected):
+            np.testing.assert_allclose(got, ref.numpy(), rtol=0, atol=ATOL)
+
+
 class PartlyUsed(nn.Module):
     def __init__(self):
         super().__init__()
@@ -171,8 +222,7 @@ def test_world_size_one_wrapper_is_transparent():
     with no_sync(wrapped), wrapped.no_sync():
         wrapped(x).sum().backward()
     wrapped.sync_gradients()
-    with pytest.raises(ValueError, match="no_sync\\(\\) needs the model"):
-        with no_sync():
-            pass
+    with no_sync():  # the seeds' bare form: nothing to skip at world size 1
+        wrapped(x).sum().backward()
     with pytest.raises(ValueError, match="bucket_size_mb"):
         DistributedDataParallel(model, bucket_size_mb=0)

@@ -7,7 +7,8 @@ group) the wrapper just calls the module: there is nothing to synchronise.
 Built on ``torch.nn.parallel.DistributedDataParallel`` (bucketed all-reduce overlapped with
 backward). What this adds:
 - ``no_sync()`` as a method and as the free function ``no_sync(model)`` for gradient
-  accumulation; the first backward outside it averages everything accumulated.
+  accumulation; the first backward outside it averages everything accumulated. As in the
+  seeds, ``with no_sync():`` with no argument covers every live wrapper of this process.
 - ``sync_gradients()``: safe at any time. It averages gradients that were accumulated
   under ``no_sync`` and not yet synchronised, and does nothing when the last backward
   already synchronised them, so it never averages twice.
@@ -20,8 +21,9 @@ State dict keys are ``module.<name>``, as with torch DDP.
 from __future__ import annotations
 
 import re
+import weakref
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, ClassVar, Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -37,6 +39,10 @@ class UnusedParametersError(RuntimeError):
 
 class DistributedDataParallel(nn.Module):
     """Data-parallel wrapper; gradients are averaged over ranks during ``backward()``."""
+
+    # Why: the seeds' bare ``with no_sync():`` names no model, so it must find the wrappers
+    # this process built. Weak references: a wrapper is forgotten once the user drops it.
+    _live: ClassVar["weakref.WeakSet[DistributedDataParallel]"] = weakref.WeakSet()
 
     def __init__(
         self,
@@ -75,6 +81,7 @@ class DistributedDataParallel(nn.Module):
         # Not registered as a submodule: its parameters are self.module's, and the state
         # dict should read "module.<name>" exactly once.
         object.__setattr__(self, "_ddp", ddp)
+        DistributedDataParallel._live.add(self)
 
     @staticmethod
     def _buffer_option(broadcast_buffers: bool) -> dict[str, bool]:
@@ -184,14 +191,18 @@ def average_gradients(grads: Sequence[torch.Tensor], bucket_size_mb: float = 25)
 def no_sync(*models: nn.Module) -> Iterator[None]:
     """``with no_sync(model):`` — skip gradient sync for the given model(s).
 
+    ``with no_sync():`` (the seeds' form) skips it for every ``DistributedDataParallel`` of
+    this package that is alive in this process; a torch DDP model must be passed by name.
     Plain (unwrapped) modules are accepted and need nothing, so the same code runs at
     world size 1.
     """
     if not models:
-        raise ValueError(
-            "no_sync() needs the model(s) whose synchronisation to skip: "
-            "`with no_sync(model):` or `with model.no_sync():`."
-        )
+        models = tuple(DistributedDataParallel._live)
+        if not models and get_world_size() > 1:
+            raise ValueError(
+                "no_sync() found no neural_arch DistributedDataParallel model to skip synchronisation "
+                "for; wrap the model first, or pass it: `with no_sync(model):` (also for a torch DDP model)."
+            )
     with ExitStack() as stack:
         for model in models:
             if isinstance(model, (DistributedDataParallel, TorchDDP)):
