@@ -29,26 +29,37 @@ def _same_node_master(source: str, environ: Environ, world: int, local_world: in
     return addr, port
 
 
+def _filled_node_by_node(
+    source: str, environ: Environ, rank_key: str, local_rank_key: str, world: int, local_world: int,
+    master: tuple[Optional[str], Optional[int]], job: Optional[str], num_nodes: Optional[int] = None,
+) -> ClusterEnv:
+    """A rank of a launcher that fills each node before the next (mpirun's and jsrun's
+    default placement), so the node index is ``rank // ranks per node``."""
+    rank = require_int(environ, rank_key)
+    return ClusterEnv(
+        source=source,
+        rank=rank,
+        world_size=world,
+        local_rank=env_int(environ, local_rank_key, 0) or 0,
+        local_world_size=local_world,
+        node_rank=rank // local_world,
+        num_nodes=num_nodes or -(-world // local_world),
+        master_addr=master[0],
+        master_port=master[1],
+        job_id=job,
+    )
+
+
 def openmpi(environ: Environ) -> Optional[ClusterEnv]:
     if "OMPI_COMM_WORLD_RANK" not in environ or "OMPI_COMM_WORLD_SIZE" not in environ:
         return None
     world = require_int(environ, "OMPI_COMM_WORLD_SIZE")
     local_world = env_int(environ, "OMPI_COMM_WORLD_LOCAL_SIZE", 1) or 1
     job = first_set(environ, "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
-    addr, port = _same_node_master("openmpi", environ, world, local_world, job)
-    return ClusterEnv(
-        source="openmpi",
-        rank=require_int(environ, "OMPI_COMM_WORLD_RANK"),
-        world_size=world,
-        local_rank=env_int(environ, "OMPI_COMM_WORLD_LOCAL_RANK", 0) or 0,
-        local_world_size=local_world,
-        # OMPI_COMM_WORLD_NODE_RANK is a rank *within* the node, not the node's index.
-        node_rank=require_int(environ, "OMPI_COMM_WORLD_RANK") // local_world,
-        num_nodes=-(-world // local_world),
-        master_addr=addr,
-        master_port=port,
-        job_id=job,
-    )
+    master = _same_node_master("openmpi", environ, world, local_world, job)
+    # Not OMPI_COMM_WORLD_NODE_RANK: that is a rank *within* the node, not the node's index.
+    return _filled_node_by_node("openmpi", environ, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                world, local_world, master, job)
 
 
 def mpich(environ: Environ) -> Optional[ClusterEnv]:
@@ -63,19 +74,8 @@ def mpich(environ: Environ) -> Optional[ClusterEnv]:
     world = require_int(environ, size_key)
     local_world = env_int(environ, local_size_key, env_int(environ, "MPI_LOCALNRANKS", world)) or world
     job = first_set(environ, "SLURM_JOB_ID", "PBS_JOBID", "PMI_KVSNAME", "PMIX_NAMESPACE")
-    addr, port = _same_node_master("mpich", environ, world, local_world, job)
-    return ClusterEnv(
-        source="mpich",
-        rank=require_int(environ, rank_key),
-        world_size=world,
-        local_rank=env_int(environ, local_key, 0) or 0,
-        local_world_size=local_world,
-        num_nodes=-(-world // local_world),
-        node_rank=require_int(environ, rank_key) // local_world,
-        master_addr=addr,
-        master_port=port,
-        job_id=job,
-    )
+    master = _same_node_master("mpich", environ, world, local_world, job)
+    return _filled_node_by_node("mpich", environ, rank_key, local_key, world, local_world, master, job)
 
 
 def tasks_per_node(text: str) -> list[int]:
@@ -131,18 +131,8 @@ def lsf(environ: Environ) -> Optional[ClusterEnv]:
     hosts = tokens[0::2]
     compute = hosts[1:] if len(hosts) > 1 else hosts
     job = environ.get("LSB_JOBID")
-    addr, port = with_master_override(environ, compute[0] if compute else None, derived_port(job) if job else None)
+    master = with_master_override(environ, compute[0] if compute else None, derived_port(job) if job else None)
     world = require_int(environ, "JSM_NAMESPACE_SIZE")
     local_world = env_int(environ, "JSM_NAMESPACE_LOCAL_SIZE", world) or world
-    return ClusterEnv(
-        source="lsf",
-        rank=require_int(environ, "JSM_NAMESPACE_RANK"),
-        world_size=world,
-        local_rank=env_int(environ, "JSM_NAMESPACE_LOCAL_RANK", 0) or 0,
-        local_world_size=local_world,
-        node_rank=require_int(environ, "JSM_NAMESPACE_RANK") // local_world,
-        num_nodes=len(compute) or 1,
-        master_addr=addr,
-        master_port=port,
-        job_id=job,
-    )
+    return _filled_node_by_node("lsf", environ, "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK",
+                                world, local_world, master, job, num_nodes=len(compute) or 1)
