@@ -45,9 +45,9 @@ def test_empty_file_and_empty_section_mean_defaults(tmp_path):
 def test_tiny_recipe_loads_at_world_sizes_1_2_4():
     for world_size in (1, 2, 4):
         cfg = load_config(REPO / "configs" / "tiny.yaml", world_size=world_size)
-    assert (cfg.model.name, cfg.model.hidden) == ("mlp", 16)
-    assert (cfg.data.name, cfg.data.num_samples) == ("synthetic", 96)
-    assert (cfg.training.global_batch_size, cfg.training.steps, cfg.checkpoint.every_steps) == (8, 20, 5)
+        assert (cfg.model.name, cfg.model.hidden) == ("mlp", 16)
+        assert (cfg.data.name, cfg.data.num_samples) == ("synthetic", 96)
+        assert (cfg.training.global_batch_size, cfg.training.steps, cfg.checkpoint.every_steps) == (8, 20, 5)
 
 
 def test_file_overrides_defaults_and_set_overrides_file(tmp_path):

@@ -221,8 +221,12 @@ def test_world_size_one_wrapper_is_transparent():
     assert list(wrapped.state_dict()) == [f"module.{k}" for k in model.state_dict()]
     with no_sync(wrapped), wrapped.no_sync():
         wrapped(x).sum().backward()
-    wrapped.sync_gradients()
-    with no_sync():  # the seeds' bare form: nothing to skip at world size 1
+    once = [p.grad.clone() for p in model.parameters()]
+    wrapped.sync_gradients()  # nothing to average at world size 1: gradients unchanged
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), once))
+    with no_sync():  # the seeds' bare form: nothing to skip at world size 1; gradients accumulate
         wrapped(x).sum().backward()
+    for p, g in zip(model.parameters(), once):
+        torch.testing.assert_close(p.grad, 2 * g, rtol=0, atol=ATOL)
     with pytest.raises(ValueError, match="bucket_size_mb"):
         DistributedDataParallel(model, bucket_size_mb=0)

@@ -158,6 +158,7 @@ def test_three_ranks_with_unequal_shares_match_one_process():
     area = 612.3
     want_sums = seaice_sums(pred, sic, mask, area)
     want = finalize(want_sums)
+    assert_metrics_close(want, numpy_reference(pred, sic, mask, area), rel=1e-12)  # the reference itself is right
     args = (pred.numpy(), sic.numpy(), mask.numpy(), area)
     results = run_ranks(metrics_worker, 3, args=args, timeout=90)
     assert not results[1][0].any()  # the empty rank really held nothing

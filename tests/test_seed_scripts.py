@@ -5,13 +5,17 @@ Run: ``.venv/bin/python -m pytest tests/test_seed_scripts.py``
 The scripts live in tests/seed_scripts/ (verbatim from seed 004; fill-ins are marked).
 """
 
+import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from tests.helpers.multiproc import free_port
 
@@ -65,3 +69,27 @@ def test_training_template(starter):
     hashes = re.findall(r"rank (\d) weights ([0-9a-f]+)", out)
     assert sorted(int(r) for r, _ in hashes) == list(range(ranks))
     assert len({h for _, h in hashes}) == 1, f"ranks ended with different weights: {hashes}"
+    want = template_reference(ranks)
+    for rank, values in re.findall(r"rank (\d) values (\[.*\])", out):
+        np.testing.assert_allclose(json.loads(values), want, rtol=0, atol=1e-6, err_msg=f"rank {rank}")  # float32
+
+
+def template_reference(world: int) -> list[float]:
+    """The template's training on one process: the same model and data (its fill-in, loaded
+    without running main), each step a mean over the ``world`` samples the ranks would hold
+    (torch's DistributedSampler order: randperm seeded with seed 0 + epoch), plain SGD."""
+    spec = importlib.util.spec_from_file_location("template", SEEDS / "training_template_cpu.py")
+    template = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(template)
+    model = template.MyModel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    n = len(template.dataset)
+    for epoch in range(template.num_epochs):
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(epoch))
+        for k in range(n // world):
+            batch = order[k * world:(k + 1) * world]
+            loss = sum(template.criterion(model(template.dataset[i]), template.targets) for i in batch) / world
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()

@@ -73,6 +73,7 @@ def main():
     # filled in: every rank must end with the same weights
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     print(f"rank {rank} weights {hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]}", flush=True)
+    print(f"rank {rank} values {flat.tolist()}", flush=True)
 
     # Cleanup
     destroy_process_group()
