@@ -179,13 +179,11 @@ def all_gather(tensor: T, *, check: bool = True) -> list[T]:
     size = get_world_size()
     if size == 1:
         return [back(buf)]  # type: ignore[list-item]
-    if not check:
-        parts = [torch.empty_like(buf) for _ in range(size)]
-        dist.all_gather(parts, buf)
-        return [back(p) for p in parts]  # type: ignore[misc]
-    records = _exchange_metadata("all_gather", buf)
-    _check_records("all_gather", records, ignore_dim0=buf.dim() > 0)
-    if buf.dim() == 0:
+    records = None
+    if check:
+        records = _exchange_metadata("all_gather", buf)
+        _check_records("all_gather", records, ignore_dim0=buf.dim() > 0)
+    if records is None or buf.dim() == 0:  # equal shapes: one plain gather
         parts = [torch.empty_like(buf) for _ in range(size)]
         dist.all_gather(parts, buf)
         return [back(p) for p in parts]  # type: ignore[misc]

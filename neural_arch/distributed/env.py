@@ -42,6 +42,7 @@ __all__ = ["ClusterEnv", "DETECTORS", "detect_cluster_env", "derived_port", "env
 def _rank_vars(source: str, environ: Environ) -> ClusterEnv:
     world = require_int(environ, "WORLD_SIZE")
     local_world = env_int(environ, "LOCAL_WORLD_SIZE", world) or max(world, 1)
+    addr, port = with_master_override(environ, None, None)
     return ClusterEnv(
         source=source,
         rank=require_int(environ, "RANK"),
@@ -50,8 +51,8 @@ def _rank_vars(source: str, environ: Environ) -> ClusterEnv:
         local_world_size=local_world,
         node_rank=env_int(environ, "GROUP_RANK", 0) or 0,
         num_nodes=max(1, -(-world // local_world)),
-        master_addr=environ.get("MASTER_ADDR") or None,
-        master_port=env_int(environ, "MASTER_PORT"),
+        master_addr=addr,
+        master_port=port,
         job_id=environ.get("TORCHELASTIC_RUN_ID"),
     )
 
@@ -71,16 +72,10 @@ def _kubernetes(environ: Environ) -> Optional[ClusterEnv]:
     if "RANK" in environ:  # PyTorchJob (Kubeflow training operator)
         return _rank_vars("kubernetes", environ)
     if "JOB_COMPLETION_INDEX" in environ:  # plain Indexed Job: the pod index is the rank
-        world = require_int(environ, "WORLD_SIZE")
-        return ClusterEnv(
-            source="kubernetes",
-            rank=require_int(environ, "JOB_COMPLETION_INDEX"),
-            world_size=world,
-            node_rank=require_int(environ, "JOB_COMPLETION_INDEX"),
-            num_nodes=world,
-            master_addr=environ.get("MASTER_ADDR") or None,
-            master_port=env_int(environ, "MASTER_PORT"),
-        )
+        world, index = require_int(environ, "WORLD_SIZE"), require_int(environ, "JOB_COMPLETION_INDEX")
+        addr, port = with_master_override(environ, None, None)
+        return ClusterEnv(source="kubernetes", rank=index, world_size=world, node_rank=index, num_nodes=world,
+                          master_addr=addr, master_port=port)
     return None
 
 

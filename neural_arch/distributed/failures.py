@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from neural_arch.distributed.agent import FailureRecord
+from neural_arch.distributed.worker import ATTEMPT_MARK
 
 TAIL_LINES = 12
 
@@ -43,7 +44,7 @@ def _section_for_pid(log: Path, pid: int) -> list[str]:
         return []
     start: Optional[int] = None
     for i, line in enumerate(lines):
-        if line.startswith("--- neural_arch worker:"):
+        if line.startswith(ATTEMPT_MARK):
             if start is not None:
                 return lines[start:i]
             if re.search(rf"pid {pid} ---$", line):

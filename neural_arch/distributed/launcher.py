@@ -171,8 +171,11 @@ class DistributedLauncher:
 
     def launch(self, script: str, *args: str) -> int:
         """Run ``script args`` on every worker; 0 on success, non-zero (with a summary) on failure."""
-        c = self.config
         self.preflight(script)
+        return self._launch(script, *args)
+
+    def _launch(self, script: str, *args: str) -> int:
+        c = self.config
         run_id = c.run_id or (f"na-{c.master_addr}-{c.master_port}" if c.max_nodes > 1 else uuid.uuid4().hex[:12])
         with tempfile.TemporaryDirectory(prefix="neural_arch_") as scratch:
             log_dir = Path(c.log_dir) if c.log_dir else Path(scratch) / "logs"
@@ -237,7 +240,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"neural-arch launch: {exc}", file=sys.stderr)
         return 1
     try:
-        return launcher.launch(ns.script, *ns.script_args)
+        return launcher._launch(ns.script, *ns.script_args)  # preflight done above, where errors exit 2
     except Exception as exc:  # noqa: BLE001 - the job's machinery failed, not the user's input
         traceback.print_exc()
         print(f"neural-arch launch: the launcher itself failed ({type(exc).__name__}: {exc}); "

@@ -178,8 +178,7 @@ def destroy_process_group() -> None:
         return
     if dist.get_world_size() > 1:
         try:
-            dist.barrier()
-            stop_heartbeat()  # after the barrier: a slow peer may still need our heartbeat
+            dist.barrier()  # before stopping our heartbeat: a slow peer may still need it
         except Exception as exc:  # noqa: BLE001 - shutdown must not raise over a dead peer
             warnings.warn(
                 f"rank {dist.get_rank()}: barrier before destroy_process_group failed ({exc}); "
@@ -187,8 +186,7 @@ def destroy_process_group() -> None:
                 RuntimeWarning,
                 stacklevel=2,
             )
-    stop_heartbeat()
-    dist.destroy_process_group()
+    abandon_process_group()
 
 
 def abandon_process_group() -> None:

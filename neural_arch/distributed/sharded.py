@@ -14,13 +14,12 @@ share one filesystem. Plain (non-sharded) state goes through ``save_checkpoint``
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from neural_arch.distributed.atomic_files import commit_dir, make_tmp_dir
+from neural_arch.distributed.atomic_files import commit_dir, make_tmp_dir, remove
 from neural_arch.distributed.checkpoint_base import CheckpointError, PathLike, on_rank0
 from neural_arch.distributed.collectives import all_gather_object
 from neural_arch.distributed.process_group import get_rank, is_initialized
@@ -44,7 +43,7 @@ def save_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
     except Exception as exc:
         # DCP gathers per-rank failures, so every rank gets here together.
         if get_rank() == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove(tmp)
         raise CheckpointError(f"{failed}: {exc}") from exc
     on_rank0(lambda: commit_dir(tmp, final), failed)
 

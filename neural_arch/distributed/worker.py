@@ -29,7 +29,8 @@ from typing import Optional, Sequence
 
 from neural_arch.distributed.env import detect_cluster_env
 
-ATTEMPT_HEADER = "--- neural_arch worker: rank {rank}, attempt {attempt}, pid {pid} ---"
+ATTEMPT_MARK = "--- neural_arch worker:"
+ATTEMPT_HEADER = ATTEMPT_MARK + " rank {rank}, attempt {attempt}, pid {pid} ---"
 """First line of each attempt in rank_N.log; failures.py finds a failed attempt's lines by pid."""
 
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from neural_arch.models.icenet import ice_probability
+from neural_arch.training.seaice_metrics import sic_to_ice
 
 LABELS = {"binary_accuracy": ("binary accuracy", "{:.2%}"), "sie_error_km2": ("SIE error (km²)", "{:,.0f}"),
           "iiee_km2": ("IIEE (km²)", "{:,.0f}")}
@@ -61,7 +62,7 @@ def plot_forecast(path: Path, task: Any, model: nn.Module) -> None:
     fig, axes = plt.subplots(len(leads), 3, figsize=(10, 3.4 * len(leads)), squeeze=False)
     errors = ListedColormap(["#2166ac", "#f7f7f7", "#b2182b"])
     for row, lead in enumerate(leads):
-        true_ice = (truth[lead] >= 0.15).float()
+        true_ice = sic_to_ice(truth[lead]).float()
         pred_ice = (prob[lead] > 0.5).float()
         panels = [(truth[lead], "Blues_r", f"truth: ice concentration, lead {lead + 1}", (0, 1)),
                   (prob[lead], "Blues_r", f"forecast: P(ice), lead {lead + 1}", (0, 1)),

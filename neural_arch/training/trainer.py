@@ -23,14 +23,14 @@ import torch
 import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint import load_checkpoint, save_checkpoint
 from neural_arch.training.builders import autocast_context, build_optimizer, build_scaler, build_scheduler
-from neural_arch.training.config import Config, config_to_dict, save_config
+from neural_arch.training.config import Config, config_to_dict, save_config, validate_config
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
 from neural_arch.training.state import capture_rng, restore_rng, seed_rank
 from neural_arch.training.tasks import Task, build_task
 
 
 class Parts:
-    """Everything the loop updates, built once by ``build_parts``."""
+    """Everything the loop updates, built once from the config by the ``build_*`` functions."""
 
     def __init__(self, cfg: Config, device: torch.device) -> None:
         self.cfg = cfg
@@ -154,9 +154,7 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
     t = cfg.training
     nd.init_process_group(backend=None if t.backend == "auto" else t.backend, timeout=t.timeout)
     rank, world = nd.get_rank(), nd.get_world_size()
-    if t.global_batch_size % (world * t.grad_accum_steps) != 0:
-        raise ValueError(f"training.global_batch_size={t.global_batch_size} is not divisible by world size {world} "
-                         f"x grad_accum_steps {t.grad_accum_steps}; use a multiple of {world * t.grad_accum_steps}.")
+    validate_config(cfg, world_size=world)  # again: torchrun/srun may start a world the config did not name
     device = torch.device("cuda", torch.cuda.current_device()) if nd.get_backend() == "nccl" else torch.device("cpu")
     run_dir = Path(cfg.run.dir)
     if rank == 0:
@@ -176,7 +174,6 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
     since_log = torch.zeros(2, dtype=torch.float64)  # (loss sum, samples) since the last log row
     loss = float("nan")
     while p.step < t.steps:
-        p.sampler.set_epoch(p.sampler.epoch)
         for batch in p.sampler:
             tick = time.perf_counter()
             since_log += train_step(p, cfg, batch)
