@@ -3,9 +3,11 @@
 Run: ``.venv/bin/python -m pytest tests/test_process_group.py``
 """
 
+import gc
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,25 @@ def test_teardown_while_rank0_is_busy_never_aborts(mode):
             assert p.returncode == 0, f"rank {rank} exited {p.returncode}:\n{out}"
             assert f"rank {rank} done" in out
             assert "terminate called" not in out
+
+
+def _ddp_in_a_cycle(rank: int, world_size: int) -> bool:
+    gc.disable()  # so that only destroy_process_group can collect the cycle below
+    try:
+        nd.init_process_group(backend="gloo")
+        model = nd.DistributedDataParallel(torch.nn.Linear(3, 2))
+        model(torch.ones(4, 3)).sum().backward()
+        holder: dict = {"model": model}
+        holder["self"] = holder  # garbage once dropped, but only a collection frees it
+        alive = weakref.ref(model)
+        del model, holder
+        nd.destroy_process_group()
+        return alive() is None
+    finally:
+        gc.enable()
+
+
+def test_destroy_releases_a_ddp_model_left_in_a_garbage_cycle():
+    # Such a model holds the gloo group; if it survived until process exit the rank could
+    # abort there (seen under mpirun after `neural-arch train`).
+    assert run_ranks(_ddp_in_a_cycle, world_size=2, timeout=60) == [True, True]
