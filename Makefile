@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv clean
+.PHONY: run test test-fast venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The edit-run loop: in-process tests only (no spawned ranks, CLI runs or builds), under a minute.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not multiprocess" -q
 
 clean:
 	rm -rf $(VENV) runs build

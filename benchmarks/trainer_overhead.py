@@ -24,7 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from neural_arch.training.builders import build_datasets, build_model
+from neural_arch.apps.regression.task import RegressionTask
 from neural_arch.training.config import CheckpointConfig, load_config
 from neural_arch.training.trainer import train
 from two_ranks import on_two_ranks  # benchmarks/ is on sys.path when a script here runs
@@ -40,8 +40,9 @@ def config(args: argparse.Namespace, run_dir: str, checkpoint_every: int):
 
 
 def hand_loop(cfg, steps: int) -> list[float]:
-    data = build_datasets(cfg)
-    model = torch.nn.parallel.DistributedDataParallel(build_model(cfg, data))
+    task = RegressionTask(cfg)
+    data = task.data
+    model = torch.nn.parallel.DistributedDataParallel(task.build_model())
     opt = torch.optim.SGD(model.parameters(), lr=cfg.optim.lr)
     rank, world, batch = dist.get_rank(), dist.get_world_size(), cfg.training.global_batch_size
     stamps = [time.perf_counter()]

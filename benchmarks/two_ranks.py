@@ -8,13 +8,13 @@ returns rank 0's result.
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any, Callable
 
 import torch
 import torch.multiprocessing as mp
 
 from neural_arch.distributed import destroy_process_group, init_process_group
+from neural_arch.utils.ports import free_port
 
 
 def _child(body: Callable[[int, Any], Any], rank: int, port: int, args: Any, out: "mp.Queue") -> None:
@@ -29,9 +29,7 @@ def _child(body: Callable[[int, Any], Any], rank: int, port: int, args: Any, out
 
 def on_two_ranks(body: Callable[[int, Any], Any], args: Any, timeout: float = 3600) -> Any:
     """``body(rank, args)`` on 2 ranks; rank 0's return value."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_child, args=(body, r, port, args, out)) for r in range(2)]

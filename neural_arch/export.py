@@ -3,11 +3,12 @@
 Run (from Python; ``build`` turns a checkpoint's state into ``(model, mean, std, example)``)::
 
     from neural_arch.export import export_checkpoint, export_torchscript
-    diff = export_torchscript(model, mean, std, "icenet.ts", example)   # max |script - eager|
-    diff = export_checkpoint("run/checkpoints", "icenet.ts", build)
+    diff = export_torchscript(model, mean, std, "model.ts", example)   # max |script - eager|
+    diff = export_checkpoint("run/checkpoints", "model.ts", build)
 
-then in C++: ``cpp/build/icenet_infer icenet.ts input.bin`` (see cpp/README.md), with the
-input written by ``write_tensor_file(x, "input.bin")``.
+or ``neural-arch export --checkpoint DIR --output model.ts`` (the task's ``build_export``
+supplies ``build``), then run it from C++ with the LibTorch program in ``cpp/`` (see
+cpp/README.md), with the input written by ``write_tensor_file(x, "input.bin")``.
 
 The exported module takes *raw* float32 fields ``[n, C, H, W]`` and returns class
 probabilities ``[n, leads, classes, H, W]``: normalization and softmax travel inside the
@@ -15,13 +16,12 @@ file, so the C++ side cannot apply the wrong statistics. Every export is reloade
 and compared with the eager model before it replaces ``output``, so a bad export never
 overwrites a good one.
 
-Tensor file format (shared with cpp/icenet_infer.cpp; all little-endian): int64 ``ndim``,
+Tensor file format (shared with the C++ program in cpp/; all little-endian): int64 ``ndim``,
 ``ndim`` x int64 dims, then ``prod(dims)`` float32 values in C (row-major) order.
 """
 
 from __future__ import annotations
 
-import os
 import struct
 import warnings
 from contextlib import contextmanager
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from neural_arch.distributed.atomic_files import fsync_dir, remove, tmp_path, write_file
+from neural_arch.utils.atomic import commit_file
 from neural_arch.distributed.checkpoint import load_checkpoint
 
 PathLike = Union[str, Path]
@@ -102,24 +102,22 @@ def export_torchscript(
     with torch.no_grad():
         expected = NormalizedForecaster(model.eval(), mean, std).eval()(example)
     scripted = script_forecaster(model, mean, std)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path(output.parent, output.name)
-    try:
+    diffs: list[float] = []
+
+    def check(staged: Path) -> None:  # runs on the staged file, before it may replace `output`
         with _torchscript_on_purpose(), torch.no_grad():
-            write_file(tmp, lambda f: torch.jit.save(scripted, f))
-            got = torch.jit.load(str(tmp), map_location="cpu")(example)
-        diff = _max_abs_diff(got, expected)
-        if not diff <= atol:  # `not <=` so that NaN fails too
+            got = torch.jit.load(str(staged), map_location="cpu")(example)
+        diffs.append(_max_abs_diff(got, expected))
+        if not diffs[0] <= atol:  # `not <=` so that NaN fails too
             raise ValueError(
-                f"TorchScript output differs from eager by {diff:.3e} > atol={atol:.1e}; {output} was not "
+                f"TorchScript output differs from eager by {diffs[0]:.3e} > atol={atol:.1e}; {output} was not "
                 "written. Look for Python-side state the script cannot see (globals, hooks, train mode)."
             )
-        os.replace(tmp, output)
-    except BaseException:
-        remove(tmp)
-        raise
-    fsync_dir(output.parent)
-    return diff
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with _torchscript_on_purpose():
+        commit_file(output, lambda f: torch.jit.save(scripted, f), check=check)
+    return diffs[0]
 
 
 def export_checkpoint(checkpoint: PathLike, output: PathLike, build_model: BuildModel) -> float:
@@ -144,7 +142,7 @@ def normalization(state: dict[str, Any]) -> tuple[Tensor, Tensor]:
     """``(mean, std)`` from a checkpoint state's ``"normalization"`` entry, with a clear error.
 
     Looks at ``state["normalization"]`` and at ``state["task"]["normalization"]`` (where the
-    trainer keeps a task's state, e.g. task_icenet.py's statistics).
+    trainer keeps a task's state, e.g. the sea-ice task's statistics).
     """
     stats = None
     if isinstance(state, dict):
@@ -170,7 +168,7 @@ def write_tensor_file(x: Tensor, path: PathLike) -> None:
 
 
 def read_tensor_file(path: PathLike) -> Tensor:
-    """Read a tensor file (as written by ``write_tensor_file`` or ``icenet_infer ... OUTPUT.bin``)."""
+    """Read a tensor file (as written by ``write_tensor_file`` or the C++ program's ``OUTPUT.bin``)."""
     raw = Path(path).read_bytes()
     ndim = struct.unpack_from("<q", raw)[0] if len(raw) >= 8 else -1
     if not 1 <= ndim <= _MAX_NDIM:
@@ -184,15 +182,15 @@ def read_tensor_file(path: PathLike) -> Tensor:
 
 
 def parse_infer_output(text: str) -> Tensor:
-    """The tensor ``icenet_infer`` printed: a ``shape d0 d1 ...`` line, then one value per line."""
+    """The tensor the C++ program in cpp/ printed: a ``shape d0 d1 ...`` line, then one value per line."""
     lines = text.split("\n")
     first = lines[0].split()
     if not first or first[0] != "shape":
-        raise ValueError(f"icenet_infer output must start with a 'shape ...' line, got {lines[0][:80]!r}.")
+        raise ValueError(f"the C++ program's output must start with a 'shape ...' line, got {lines[0][:80]!r}.")
     shape = tuple(int(d) for d in first[1:])
     values = [float(v) for v in lines[1:] if v.strip()]
     if len(values) != int(np.prod(shape)):
-        raise ValueError(f"icenet_infer printed {len(values)} values for shape {shape}; the output is truncated.")
+        raise ValueError(f"the C++ program printed {len(values)} values for shape {shape}; the output is truncated.")
     return torch.tensor(values, dtype=torch.float32).reshape(shape)
 
 

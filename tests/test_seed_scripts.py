@@ -19,6 +19,8 @@ import torch
 
 from tests.helpers.multiproc import free_port
 
+pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs the CLI
+
 SEEDS = Path(__file__).parent / "seed_scripts"
 
 

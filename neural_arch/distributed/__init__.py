@@ -1,16 +1,43 @@
 """The public distributed API: ``from neural_arch.distributed import ...``.
 
-Run a script on 2 processes: ``torchrun --nproc_per_node=2 script.py``; every function here
-also works under plain ``python`` (world size 1, collectives are identities).
+Run a script on 2 processes: ``python -m neural_arch.distributed.launcher --nproc_per_node=2
+script.py`` (or ``torchrun``); every function here also works under plain ``python`` (world
+size 1, collectives are identities).
+
+Subpackages, one concern each: ``env`` (where am I running?), ``runtime`` (process group,
+collectives, heartbeat), ``data_parallel`` (exact DDP, sampler, loss weighting, stats),
+``checkpoint`` (atomic save/load, sharded), ``launcher`` (start and restart the workers).
 """
 
-from neural_arch.distributed.collectives import (
+# Order matters only for readability: each subpackage imports what it needs itself.
+from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
+from neural_arch.distributed.runtime import (
     ReduceOp,
     all_gather,
     all_gather_object,
     all_reduce,
+    barrier,
     broadcast,
+    destroy_process_group,
+    get_backend,
+    get_distributed_info,
+    get_local_rank,
+    get_rank,
+    get_world_size,
+    init_process_group,
+    is_initialized,
     reduce_scatter,
+)
+from neural_arch.distributed.data_parallel import (
+    DistributedDataParallel,
+    DistributedSampler,
+    IndexBatch,
+    UnusedParametersError,
+    global_batch_loss,
+    global_count,
+    global_mean_std,
+    no_sync,
+    zero_loss,
 )
 from neural_arch.distributed.checkpoint import (
     CheckpointError,
@@ -20,22 +47,7 @@ from neural_arch.distributed.checkpoint import (
     save_checkpoint,
     save_sharded,
 )
-from neural_arch.distributed.ddp import DistributedDataParallel, UnusedParametersError, no_sync
-from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
-from neural_arch.distributed.process_group import (
-    barrier,
-    destroy_process_group,
-    get_backend,
-    get_distributed_info,
-    get_local_rank,
-    get_rank,
-    get_world_size,
-    init_process_group,
-    is_initialized,
-)
-from neural_arch.distributed.sampler import DistributedSampler, IndexBatch
-from neural_arch.distributed.stats import global_mean_std
-from neural_arch.distributed.weighting import global_batch_loss, global_count, zero_loss
+from neural_arch.distributed.launcher import DistributedLauncher, LaunchConfig, launch_distributed_training
 
 __all__ = [
     "CheckpointError",
@@ -74,15 +86,3 @@ __all__ = [
     "reduce_scatter",
     "zero_loss",
 ]
-
-_LAZY = {"DistributedLauncher", "LaunchConfig", "launch_distributed_training"}
-
-
-def __getattr__(name: str) -> object:
-    # Why lazy: importing launcher.py here would make `python -m neural_arch.distributed.launcher`
-    # execute a module that is already imported (runpy warns, and it runs twice).
-    if name in _LAZY:
-        from neural_arch.distributed import launcher
-
-        return getattr(launcher, name)
-    raise AttributeError(f"module 'neural_arch.distributed' has no attribute {name!r}")

@@ -5,22 +5,27 @@ Use: ``cfg = load_config("configs/tiny.yaml", ["optim.lr=0.1", "training.steps=5
 
 Loading is generic: the dataclasses below are the schema (types from their annotations,
 choices from ``Literal``), so adding a field needs no loader code, only a range rule if it
-has one. Every mistake raises ``ConfigError`` with one line naming the key path, the bad
+has one. The ``model:`` and ``data:`` sections belong to the application: ``run.task``
+names a ``Task`` whose ``ModelConfig``/``DataConfig`` dataclasses, ``RANGES`` and
+``validate_config`` define them (see neural_arch/training/task.py). Every mistake raises ``ConfigError`` with one line naming the key path, the bad
 value, what is allowed and, for names, the closest valid one.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence
 
 import yaml
 
-from neural_arch.training.typed_config import ConfigError, build, names, show, unknown
+from neural_arch.apps import DEFAULT_TASK
+from neural_arch.training.registry import task_class
+from neural_arch.training.task import RangeRule, Task
+from neural_arch.training.typed_config import POSITIVE, UNIT, ConfigError, at_least, build, names, show, unknown
+from neural_arch.utils.atomic import commit_file
 
 
 @dataclass
@@ -31,48 +36,8 @@ class RunConfig:
     """Directory for checkpoints, metrics and the saved config."""
     seed: int = 0
     """Seed for weights and data order (same seed => same run at any world size)."""
-
-
-@dataclass
-class ModelConfig:
-    name: Literal["mlp", "icenet"] = "mlp"
-    """Model architecture: a small MLP (regression data) or the IceNet-style U-Net (sea-ice data)."""
-    hidden: int = 32
-    """MLP: hidden layer width."""
-    depth: int = 2
-    """MLP: number of hidden layers."""
-    widths: list[int] = field(default_factory=lambda: [16, 32, 64])
-    """U-Net: channels per level (its depth is the list's length)."""
-    dropout: float = 0.0
-    """U-Net: dropout probability in the decoder."""
-
-
-@dataclass
-class DataConfig:
-    name: Literal["synthetic", "file", "icenet"] = "synthetic"
-    """Dataset: regression data generated on the fly, read from ``path``, or the sea-ice store at ``path``."""
-    path: Optional[str] = None
-    """Dataset file (``file``; must exist) or zarr store (``icenet``; made by create-data)."""
-    grid: int = 48
-    """icenet: cells per side of the polar grid."""
-    years: int = 25
-    """icenet: years of monthly data."""
-    val_years: int = 5
-    """icenet: the last years, used for validation."""
-    lags: int = 3
-    """icenet: past months of ice concentration in the input."""
-    leads: int = 3
-    """icenet: months ahead to forecast."""
-    num_samples: int = 256
-    """Training samples (synthetic data)."""
-    val_samples: int = 64
-    """Validation samples (synthetic data); 0 disables validation."""
-    features: int = 8
-    """Input features per sample."""
-    targets: int = 1
-    """Output values per sample."""
-    noise: float = 0.1
-    """Standard deviation of the noise added to synthetic targets."""
+    task: str = DEFAULT_TASK
+    """The application: a task name (see ``neural_arch.apps``) or your own as ``package.module:TaskClass``."""
 
 
 @dataclass
@@ -153,10 +118,10 @@ class LoggingConfig:
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     """Naming, output directory, seed."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """Model architecture."""
-    data: DataConfig = field(default_factory=DataConfig)
-    """Dataset."""
+    model: Any = field(default_factory=lambda: task_class(RunConfig.task).ModelConfig())
+    """Model architecture: the dataclass ``ModelConfig`` of the task ``run.task`` names."""
+    data: Any = field(default_factory=lambda: task_class(RunConfig.task).DataConfig())
+    """Dataset: the dataclass ``DataConfig`` of the task ``run.task`` names."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimizer."""
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -169,30 +134,19 @@ class Config:
     """Metrics and progress output."""
 
 
-# ---- range rules: key path -> (predicate, what is allowed); None values are skipped.
-def _ge(lo: int) -> tuple[Callable[[Any], bool], str]:
-    return (lambda v: v >= lo), f">= {lo}"
-
-
-_UNIT = (lambda v: 0 <= v <= 1), "between 0 and 1"
-_POSITIVE = (lambda v: v > 0), "> 0"
-_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "model.hidden": _ge(1), "model.depth": _ge(1),
-    "model.widths": ((lambda v: all(w >= 1 for w in v)), "a list of positive channel counts"),
-    "model.dropout": ((lambda v: 0 <= v < 1), "in [0, 1)"),
-    "data.grid": _ge(8), "data.years": _ge(2), "data.val_years": _ge(1), "data.lags": _ge(1), "data.leads": _ge(1),
-    "data.num_samples": _ge(1), "data.val_samples": _ge(0), "data.features": _ge(1),
-    "data.targets": _ge(1), "data.noise": _ge(0),
-    "optim.lr": _POSITIVE, "optim.momentum": _UNIT, "optim.weight_decay": _ge(0),
+# ---- range rules of the framework's sections: key path -> (predicate, what is allowed);
+# None values are skipped. The task adds the rules of its model/data sections (Task.RANGES).
+_RANGES: dict[str, RangeRule] = {
+    "optim.lr": POSITIVE, "optim.momentum": UNIT, "optim.weight_decay": at_least(0),
     "optim.betas": ((lambda v: all(0 <= b < 1 for b in v)), "two numbers in [0, 1)"),
-    "schedule.warmup_steps": _ge(0), "schedule.min_lr_ratio": _UNIT,
-    "training.steps": _ge(1), "training.global_batch_size": _ge(1), "training.grad_accum_steps": _ge(1),
-    "training.nproc_per_node": _ge(1), "training.max_restarts": _ge(0),
+    "schedule.warmup_steps": at_least(0), "schedule.min_lr_ratio": UNIT,
+    "training.steps": at_least(1), "training.global_batch_size": at_least(1), "training.grad_accum_steps": at_least(1),
+    "training.nproc_per_node": at_least(1), "training.max_restarts": at_least(0),
     "training.grad_clip": ((lambda v: v > 0), "> 0 (or null to disable clipping)"),
-    "training.val_every": _ge(0), "training.timeout": _POSITIVE,
-    "checkpoint.every_steps": _ge(0), "checkpoint.keep_last": _ge(1),
+    "training.val_every": at_least(0), "training.timeout": POSITIVE,
+    "checkpoint.every_steps": at_least(0), "checkpoint.keep_last": at_least(1),
     "checkpoint.resume": ((lambda v: v != ""), "'auto', 'none' or a checkpoint path"),
-    "logging.every_steps": _ge(1),
+    "logging.every_steps": at_least(1),
 }
 
 
@@ -204,46 +158,49 @@ def load_config(path: Optional[str | Path] = None, overrides: Sequence[str] = ()
     ``training.distributed`` is true, ``training.nproc_per_node`` stands in for it.
     """
     raw = _read_yaml(Path(path)) if path is not None else {}
+    task = task_class(_task_name(raw, overrides))  # the task decides what model:/data: may hold
+    sections = section_types(task)
     for text in overrides:
-        _apply_override(raw, text)
-    cfg = build(Config, raw, "")
+        _apply_override(raw, text, sections)
+    for name in raw:
+        if name not in sections:
+            unknown("", name, Config)
+    cfg = Config(**{name: build(cls, raw.get(name), name) for name, cls in sections.items()})
     validate_config(cfg, world_size=world_size)
     return cfg
 
 
+def section_types(task: type[Task]) -> dict[str, type]:
+    """Section name -> its dataclass: the framework's sections plus the task's model and data."""
+    hints = typing.get_type_hints(Config)
+    return {name: task.ModelConfig if name == "model" else task.DataConfig if name == "data" else hints[name]
+            for name in names(Config)}
+
+
 def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
     """Range and cross-field checks; the trainer can repeat them once the real world size is known."""
-    for key, (ok, allowed) in _RANGES.items():
+    task = task_class(cfg.run.task)
+    for key, (ok, allowed) in {**_RANGES, **task.RANGES}.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
         if value is not None and not ok(value):
             raise ConfigError(f"{key}={show(value)} is out of range: must be {allowed}")
-    data, t = cfg.data, cfg.training
-    if data.name == "icenet" and data.path is None:
-        raise ConfigError("data.path=null but data.name is 'icenet': set data.path to the zarr store "
-                          "(created by `neural-arch create-data --config FILE`)")
-    if data.name == "icenet" and data.val_years >= data.years:
-        raise ConfigError(f"data.val_years={data.val_years} must be smaller than data.years={data.years}")
-    if (data.name == "icenet") != (cfg.model.name == "icenet"):
-        raise ConfigError(f"model.name={cfg.model.name!r} does not fit data.name={data.name!r}: the icenet "
-                          "model trains on icenet data, the mlp on synthetic or file data")
-    if data.name == "file" and data.path is None:
-        raise ConfigError("data.path=null but data.name is 'file': add 'path: FILE' under 'data:' in the "
-                          "YAML, or pass --set data.path=FILE (or use data.name=synthetic)")
-    if data.name == "file" and not Path(data.path).exists():
-        raise ConfigError(f"data.path={data.path!r} does not exist (relative paths start at "
-                          f"{os.getcwd()}); fix the path or create the data file first")
-    if t.global_batch_size % t.grad_accum_steps:
-        raise ConfigError(f"training.global_batch_size={t.global_batch_size} is not divisible by training."
-                          f"grad_accum_steps={t.grad_accum_steps}; use a multiple of {t.grad_accum_steps}")
-    if world_size is None and t.distributed and t.nproc_per_node > 1:
-        world_size = t.nproc_per_node
+    task.validate_config(cfg)
+    _check_batch_sizes(cfg.training, world_size)
+
+
+def _check_batch_sizes(training: TrainingConfig, world_size: Optional[int]) -> None:
+    if training.global_batch_size % training.grad_accum_steps:
+        raise ConfigError(f"training.global_batch_size={training.global_batch_size} is not divisible by training."
+                          f"grad_accum_steps={training.grad_accum_steps}; use a multiple of {training.grad_accum_steps}")
+    if world_size is None and training.distributed and training.nproc_per_node > 1:
+        world_size = training.nproc_per_node
     if world_size is not None and world_size < 1:
         raise ConfigError(f"world_size={world_size!r}: must be >= 1")
-    unit = (world_size or 1) * t.grad_accum_steps
-    if t.global_batch_size % unit:
-        raise ConfigError(f"training.global_batch_size={t.global_batch_size} is not divisible by world size "
-                          f"{world_size} x grad_accum_steps {t.grad_accum_steps}; use a multiple of {unit}")
+    unit = (world_size or 1) * training.grad_accum_steps
+    if training.global_batch_size % unit:
+        raise ConfigError(f"training.global_batch_size={training.global_batch_size} is not divisible by world size "
+                          f"{world_size} x grad_accum_steps {training.grad_accum_steps}; use a multiple of {unit}")
 
 
 def config_to_dict(cfg: Config) -> dict:
@@ -256,12 +213,10 @@ def config_to_dict(cfg: Config) -> dict:
 
 
 def save_config(cfg: Config, path: str | Path) -> None:
-    """Write ``cfg`` as YAML, via a temporary file and a rename so a crash leaves no half file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False))
-    os.replace(tmp, path)
+    """Write ``cfg`` as YAML atomically (a crash leaves the old file or the new one, never half)."""
+    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    commit_file(Path(path), lambda f: f.write(text.encode()))
 
 
 def _read_yaml(path: Path) -> dict:
@@ -281,15 +236,28 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
-def _apply_override(raw: dict, text: str) -> None:
+def _task_name(raw: dict, overrides: Sequence[str]) -> str:
+    """``run.task`` as the file and the overrides set it (the last override wins)."""
+    run = raw.get("run")
+    name = run.get("task", RunConfig.task) if isinstance(run, dict) else RunConfig.task  # a bad run: is reported by build
+    for text in overrides:
+        key, sep, value = str(text).partition("=")
+        if sep and key.strip() == "run.task":
+            name = value.strip()
+    if not isinstance(name, str):
+        raise ConfigError(f"run.task: expected a task name (str), got {show(name)}")
+    return name
+
+
+def _apply_override(raw: dict, text: str, sections: dict[str, type]) -> None:
     """Set one ``section.key=value`` into the raw nested dict; the key path is checked first."""
     key, sep, value_text = str(text).partition("=")
     section, dot, name = key.strip().partition(".")
     if not (sep and dot and section and name):
         raise ConfigError(f"malformed override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
-    if section not in names(Config):
+    if section not in sections:
         unknown("", section, Config)
-    cls = typing.get_type_hints(Config)[section]
+    cls = sections[section]
     if name not in names(cls):
         unknown(section, name, cls)
     tp = typing.get_type_hints(cls)[name]

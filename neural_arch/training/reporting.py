@@ -88,10 +88,10 @@ def plot_losses(metrics_path: Path, out_png: Path) -> None:
 
 
 def format_summary(final: dict[str, float], seconds: float, samples: int, step_times: list[tuple[float, float]], world: int) -> str:
-    """A one-screen end-of-run summary; ``step_times`` = per-rank (mean, max) seconds."""
+    """A one-screen end-of-run summary of ``final`` (the task's summary metrics);
+    ``step_times`` = per-rank (mean, max) seconds."""
     lines = [f"finished in {seconds:.1f} s on {world} process(es): {samples / max(seconds, 1e-9):.1f} samples/s"]
-    # Baseline metrics (e.g. val/persistence/...) are in metrics.jsonl and reports, not here.
-    lines += [f"  {k:16s} {v:.6g}" for k, v in final.items() if "/persistence/" not in k and "/climatology/" not in k]
+    lines += [f"  {k:16s} {v:.6g}" for k, v in final.items()]  # the task chose which (Task.summary_metrics)
     means = [m for m, _ in step_times]
     if means:
         slowest = max(range(len(means)), key=lambda r: means[r])

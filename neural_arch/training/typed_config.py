@@ -13,7 +13,16 @@ import difflib
 import math
 import types
 import typing
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Callable, Literal, Sequence, Union
+
+
+def at_least(lo: int) -> tuple[Callable[[Any], bool], str]:
+    """A range rule: ``value >= lo``."""
+    return (lambda v: v >= lo), f">= {lo}"
+
+
+POSITIVE = (lambda v: v > 0), "> 0"
+UNIT = (lambda v: 0 <= v <= 1), "between 0 and 1"
 
 
 class ConfigError(ValueError):

@@ -13,21 +13,17 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
-import socket
 import time
 import traceback
 from typing import Any, Callable, Sequence
 
+from neural_arch.utils.ports import free_port
+
+__all__ = ["RankFailed", "free_port", "run_ranks"]
+
 
 class RankFailed(AssertionError):
     """A rank raised, died, or did not finish in time."""
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _child(fn: Callable[..., Any], rank: int, world_size: int, port: int, args: Sequence[Any], results: Any) -> None:

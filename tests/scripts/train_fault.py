@@ -13,13 +13,13 @@ import sys
 
 import torch
 
-import neural_arch.distributed.checkpoint as checkpoint
+import neural_arch.distributed.checkpoint.replicated as checkpoint
 from neural_arch.distributed import get_rank
-from neural_arch.training import entry
+from neural_arch.cli.train import build_parser
 from neural_arch.training.config import load_config
 from neural_arch.training.trainer import train
 
-mode, fault_step, args = sys.argv[1], int(sys.argv[2]), entry.parser().parse_args(sys.argv[3:])
+mode, fault_step, args = sys.argv[1], int(sys.argv[2]), build_parser().parse_args(sys.argv[3:])
 first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
 
 

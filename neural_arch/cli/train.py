@@ -1,0 +1,115 @@
+"""``neural-arch train``: train from a YAML config, here or on N local processes.
+
+Run: ``neural-arch train --config configs/tiny.yaml --nproc-per-node 2 --set optim.lr=0.1``.
+With N > 1 and no launcher around it, the command starts N workers through our launcher
+(restarts on), each running this file; under torchrun, srun or mpirun it trains in place.
+The workers' entry is this file: ``python neural_arch/cli/train.py --config FILE [--set
+k=v ...] [--resume auto|none|PATH]``. Config mistakes exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from neural_arch.cli.usage import command_parser, run_reporting
+from neural_arch.training.typed_config import ConfigError
+
+if TYPE_CHECKING:  # imported lazily at run time, so `--help` and usage errors stay fast
+    from neural_arch.training.config import Config
+
+PROG = "neural-arch train"
+_NPROC_FLAGS = ("--nproc-per-node", "--nproc_per_node")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config`` and ``--set`` (several values after one flag, or the flag repeated)."""
+    parser.add_argument("--config", default=None, help="YAML config file (default: built-in defaults)")
+    parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override config values, e.g. --set optim.lr=0.01 training.steps=50 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of ``neural-arch train`` (its workers take the same ones)."""
+    parser = command_parser("train", "Train a model from a YAML config.")
+    add_config_arguments(parser)
+    parser.add_argument("--resume", default=None, help="auto (newest good checkpoint, default), none, or a checkpoint path")
+    parser.add_argument("--create-data", action="store_true",
+                        help="first create the task's data if it does not exist (e.g. the sea-ice store at data.path)")
+    parser.add_argument(*_NPROC_FLAGS, dest="nproc_per_node", type=int, default=None,
+                        help="processes on this node (default: training.nproc_per_node)")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """``neural-arch train``: start the workers through the launcher, or train in this process."""
+    ns = build_parser().parse_args(argv)
+    return run_reporting(PROG, lambda: _train_or_launch(ns, list(argv)), ConfigError)
+
+
+def _train_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
+    from neural_arch.distributed.env import detect_cluster_env
+
+    cfg = _checked_config(ns, None)
+    nproc = ns.nproc_per_node or cfg.training.nproc_per_node
+    if nproc > 1 and detect_cluster_env().world_size == 1:
+        _checked_config(ns, nproc)  # batch divisibility, before any process starts
+        return _launch_workers(cfg, nproc, without_nproc(argv))
+    return worker_main(without_nproc(argv))
+
+
+def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> "Config":
+    """The validated config, for ``world_size`` ranks; its task's data must exist (or be asked for)."""
+    from neural_arch.training.config import load_config
+    from neural_arch.training.registry import task_class
+
+    cfg = load_config(ns.config, ns.overrides, world_size=world_size)
+    missing = task_class(cfg.run.task).data_missing(cfg)
+    if missing is not None and not ns.create_data:
+        raise ConfigError(missing)
+    return cfg
+
+
+def _launch_workers(cfg: "Config", nproc: int, worker_argv: list[str]) -> int:
+    from neural_arch.distributed.launcher import DistributedLauncher, LaunchConfig
+
+    launch = LaunchConfig(
+        nproc_per_node=nproc, max_restarts=cfg.training.max_restarts, timeout=cfg.training.timeout,
+        backend=None if cfg.training.backend == "auto" else cfg.training.backend,
+        log_dir=str(Path(cfg.run.dir) / "logs" / "console"), rank0_only=True,
+    )
+    return DistributedLauncher(launch).launch(__file__, *worker_argv)
+
+
+def without_nproc(argv: list[str]) -> list[str]:
+    """``argv`` less ``--nproc-per-node N`` (the workers must not start workers again)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _NPROC_FLAGS:
+            skip = True
+        elif not arg.startswith(tuple(f"{flag}=" for flag in _NPROC_FLAGS)):
+            out.append(arg)
+    return out
+
+
+def worker_main(argv: Optional[Sequence[str]] = None) -> int:
+    """Train in this process, as one rank of whatever job it belongs to."""
+    ns = build_parser().parse_args(argv)
+
+    def train_here() -> int:
+        from neural_arch.distributed.env import detect_cluster_env
+        from neural_arch.training.trainer import train
+
+        cfg = _checked_config(ns, detect_cluster_env().world_size)
+        train(cfg, resume=ns.resume, create_data=ns.create_data)
+        return 0
+
+    return run_reporting(PROG, train_here, ConfigError)
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())

@@ -1,1 +1,0 @@
-"""Datasets; no distributed imports (ranks pick their samples through the sampler)."""

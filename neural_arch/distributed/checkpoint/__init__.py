@@ -1,0 +1,23 @@
+"""Atomic, verified checkpoints: ``save_checkpoint`` / ``load_checkpoint`` for replicated
+(DDP) state, ``save_sharded`` / ``load_sharded`` for DTensor/FSDP state.
+
+Use (every rank calls the same line with the same step)::
+
+    from neural_arch.distributed.checkpoint import load_checkpoint, save_checkpoint
+    save_checkpoint("run/checkpoints", step, {"model": model.state_dict()}, metric=val_loss)
+    found = load_checkpoint("run/checkpoints")  # None on a fresh run, else (info, state)
+
+Concern: nothing a user trained is lost to a crash. Files: ``replicated.py`` (save, load
+with fallback, list), ``sharded.py`` (DCP, loadable at another world size), ``layout.py``
+(step directories, manifest, ``last``/``best`` pointers, pruning), ``rank0.py`` (rank 0
+writes, every rank learns the outcome), ``loadable.py`` (refuse state that could not be
+loaded back), ``errors.py``. Every write goes through ``neural_arch.utils.atomic``.
+"""
+
+from neural_arch.distributed.checkpoint.errors import CheckpointError
+from neural_arch.distributed.checkpoint.layout import CheckpointInfo
+from neural_arch.distributed.checkpoint.replicated import list_checkpoints, load_checkpoint, save_checkpoint
+from neural_arch.distributed.checkpoint.sharded import load_sharded, save_sharded
+
+__all__ = ["CheckpointError", "CheckpointInfo", "list_checkpoints", "load_checkpoint", "load_sharded",
+           "save_checkpoint", "save_sharded"]

@@ -1,0 +1,162 @@
+"""The on-disk layout of a run's checkpoint directory: step directories, their manifest,
+the ``last``/``best`` pointer files, and pruning.
+
+Not called directly; see ``neural_arch.distributed.checkpoint`` for how to save and load::
+
+    run/checkpoints/
+      step_00000020/state.pt, manifest.json   # manifest: format, step, metric, size + sha256
+      last, best                               # text files naming a step directory
+      .tmp-*                                   # staging leftovers of a crash: ignored, pruned
+
+No collectives here: ``rank0.py`` decides who calls these.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from neural_arch.distributed.checkpoint.errors import DamagedCheckpoint
+from neural_arch.utils.atomic import TMP_PREFIX, commit_file, delete_atomically, sha256, write_file
+
+FORMAT = 1
+STATE_FILE = "state.pt"
+MANIFEST = "manifest.json"
+POINTERS = ("last", "best")
+STEP_DIR = re.compile(r"step_(\d+)")
+PathLike = Union[str, Path]
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """One step directory of a run's checkpoint directory."""
+
+    path: Path
+    """The step directory, e.g. ``run/checkpoints/step_00000020``."""
+    step: int
+    """The training step it was saved at."""
+    metric: Optional[float]
+    """The metric passed to ``save_checkpoint`` (None if none, or the manifest is unreadable)."""
+
+
+def step_name(step: int) -> str:
+    """``step_00000020``: zero-padded, so names sort like steps in a directory listing."""
+    return f"step_{step:08d}"
+
+
+def write_manifest(step_dir: Path, step: int, metric: Optional[float]) -> None:
+    """Describe the finished ``STATE_FILE`` of ``step_dir`` (size, sha256); written last, so a
+    step directory with a manifest has everything the manifest lists."""
+    state = step_dir / STATE_FILE
+    manifest = {"format": FORMAT, "step": step, "metric": metric,
+                "files": {STATE_FILE: {"sha256": sha256(state), "bytes": state.stat().st_size}},
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    write_file(step_dir / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
+
+
+def verified_manifest(step_dir: Path) -> dict[str, Any]:
+    """The manifest of ``step_dir`` once its state file matches it in size and sha256;
+    raises ``DamagedCheckpoint`` saying what does not match."""
+    manifest = read_manifest(step_dir)
+    entry = manifest["files"][STATE_FILE]
+    file = step_dir / STATE_FILE
+    try:
+        size = file.stat().st_size
+    except OSError as exc:
+        raise DamagedCheckpoint(f"{STATE_FILE} cannot be read: {exc}") from None
+    if size != entry["bytes"]:
+        raise DamagedCheckpoint(
+            f"{STATE_FILE} has {size} bytes, the manifest says {entry['bytes']}; it was truncated or overwritten")
+    if sha256(file) != entry["sha256"]:
+        raise DamagedCheckpoint(f"{STATE_FILE} does not match the sha256 in its manifest; the file is corrupt")
+    return manifest
+
+
+def read_manifest(step_dir: Path) -> dict[str, Any]:
+    """The parsed manifest of ``step_dir``, checked for shape only (``verified_manifest``
+    also checks the state file against it)."""
+    try:
+        data = json.loads((step_dir / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise DamagedCheckpoint(f"{MANIFEST} is missing, so the write never finished") from None
+    except (OSError, ValueError) as exc:
+        raise DamagedCheckpoint(f"{MANIFEST} is unreadable: {exc}") from None
+    try:
+        entry = data["files"][STATE_FILE]
+        valid = (data["format"] == FORMAT and type(data["step"]) is int and isinstance(entry["sha256"], str)
+                 and type(entry["bytes"]) is int and isinstance(data["metric"], (int, float, type(None))))
+    except (KeyError, TypeError):
+        valid = False
+    if not valid:
+        raise DamagedCheckpoint(f"{MANIFEST} is not a format-{FORMAT} manifest")
+    return data
+
+
+def update_pointers(directory: Path, name: str, metric: Optional[float], lower_is_better: bool) -> None:
+    """Point ``last`` at step directory ``name``, and ``best`` at the best metric so far."""
+    for pointer, target in (("last", name), ("best", best_name(directory, name, metric, lower_is_better))):
+        if target is not None:
+            commit_file(directory / pointer, lambda f, t=target: f.write(f"{t}\n".encode()))
+
+
+def best_name(directory: Path, name: str, metric: Optional[float], lower_is_better: bool) -> Optional[str]:
+    """The step directory with the best metric once ``name`` is saved (ties: the earliest)."""
+    scores = [(metric, name)] if metric is not None else []
+    for _, step_dir in step_dirs(directory):
+        if step_dir.name != name:  # a re-saved step counts with its new metric only
+            try:
+                scores.append((read_manifest(step_dir)["metric"], step_dir.name))
+            except DamagedCheckpoint:
+                pass
+    scores = [(m, n) for m, n in scores if m is not None and not math.isnan(m)]
+    if not scores:
+        return None
+    sign = 1.0 if lower_is_better else -1.0
+    return min(scores, key=lambda s: (sign * s[0], int(s[1][len('step_'):])))[1]
+
+
+def prune(directory: Path, keep_last: int) -> None:
+    """Delete step dirs beyond the newest ``keep_last`` (except pointer targets) and stale ``.tmp-*``."""
+    existing = [p for _, p in step_dirs(directory)]
+    keep = {p.name for p in existing[-keep_last:]}
+    keep.update(target.name for target in (pointer_target(directory, name) for name in POINTERS) if target is not None)
+    doomed = [p for p in existing if p.name not in keep]
+    doomed += [p for p in directory.iterdir() if p.name.startswith(TMP_PREFIX)]
+    for path in doomed:
+        try:
+            delete_atomically(path)
+        except OSError as exc:
+            warnings.warn(f"could not delete old checkpoint data {path} ({exc}); delete it by hand to free space",
+                          RuntimeWarning, stacklevel=3)
+
+
+def pointer_target(directory: Path, pointer: str) -> Optional[Path]:
+    """The step directory the ``last`` or ``best`` file names, if it exists."""
+    try:
+        name = (directory / pointer).read_text().strip()
+    except (OSError, ValueError):
+        return None
+    return directory / name if STEP_DIR.fullmatch(name) and (directory / name).is_dir() else None
+
+
+def previous_note(directory: Path) -> str:
+    """What a failed save left: the checkpoint a restart will use, for the error message."""
+    existing = step_dirs(directory)
+    last = pointer_target(directory, "last") or (existing[-1][1] if existing else None)
+    if last is None:
+        return "there is no earlier checkpoint"
+    return f"the previous checkpoint step {int(last.name[len('step_'):])} is intact"
+
+
+def step_dirs(directory: Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every ``step_N`` directory, oldest first; ``.tmp-*`` never match."""
+    if not directory.is_dir():
+        return []
+    found = [(STEP_DIR.fullmatch(p.name), p) for p in directory.iterdir()]
+    return sorted((int(m.group(1)), p) for m, p in found if m and p.is_dir())

@@ -1,0 +1,12 @@
+"""``python -m neural_arch.distributed.launcher [options] SCRIPT [args]``: see ``--help``.
+
+Why a separate ``__main__``: ``-m`` on the package runs this file after importing the
+package once, so nothing is imported twice (runpy warns when ``-m`` names a module the
+package ``__init__`` already imported).
+"""
+
+import sys
+
+from neural_arch.distributed.launcher.launch import main
+
+sys.exit(main())

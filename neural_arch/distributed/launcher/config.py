@@ -1,0 +1,106 @@
+"""How to start the workers of one node: ``LaunchConfig``, validated when it is built.
+
+Use: ``LaunchConfig(nproc_per_node=2, max_restarts=1)``, passed to ``DistributedLauncher``;
+``config_from_args(parse_launch_args(argv))`` builds one from a command line. Mistakes
+raise ``ValueError`` naming the field, its value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import torch
+
+
+@dataclass
+class LaunchConfig:
+    """How to start the workers of one node."""
+
+    nproc_per_node: Union[int, str] = 1
+    """Workers on this node; ``"auto"`` = number of GPUs, else of CPU cores."""
+    nnodes: Union[int, str] = 1
+    """Nodes in the job: ``N``, or ``"MIN:MAX"`` for an elastic job."""
+    node_rank: int = 0
+    """This node's index, 0..N-1 (static multi-node jobs)."""
+    master_addr: str = "127.0.0.1"
+    """Host of node 0, where the rendezvous store runs."""
+    master_port: Optional[int] = None
+    """Port on node 0; None on one node = a free port chosen by the OS."""
+    backend: Optional[str] = None
+    """Backend the workers' ``init_process_group()`` uses (None: nccl with GPUs, else gloo)."""
+    max_restarts: int = 3
+    """How often the whole group is restarted after a failure before the job fails."""
+    monitor_interval: float = 0.1
+    """Seconds between checks of the workers' health."""
+    start_timeout: float = 600
+    """Seconds to wait for all nodes to join the rendezvous."""
+    log_dir: Optional[str] = None
+    """Directory for ``rank_N.log`` (each rank's whole output)."""
+    timeout: Optional[float] = None
+    """Collective timeout in seconds for the workers; a hung rank fails the group after it."""
+    run_id: Optional[str] = None
+    """Job id shared by all nodes (elastic jobs); default: derived from the master address."""
+    rank0_only: bool = False
+    """Show only rank 0's output on the console (all ranks still write their logs)."""
+    shutdown_timeout: int = 5
+    """Seconds a stopping worker gets after SIGTERM before SIGKILL."""
+
+    def __post_init__(self) -> None:
+        self.min_nodes, self.max_nodes = parse_nnodes(self.nnodes)
+        self.nproc = parse_nproc(self.nproc_per_node)
+        for name in ("node_rank", "max_restarts"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 0.")
+        if self.min_nodes == self.max_nodes and self.node_rank >= self.max_nodes:
+            raise ValueError(f"node_rank={self.node_rank} must be smaller than nnodes={self.max_nodes}.")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise ValueError(f"master_port={self.master_port} is not a TCP port (1..65535).")
+        if self.max_nodes > 1 and self.master_port is None:
+            raise ValueError("a multi-node job needs --master_port so that every node meets at the same port.")
+        for name in ("monitor_interval", "start_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be > 0 seconds.")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"timeout={self.timeout} must be > 0 seconds.")
+        if self.backend not in (None, "auto", "gloo", "nccl"):
+            raise ValueError(f"backend={self.backend!r} must be 'gloo', 'nccl' or None (auto).")
+
+
+def parse_nnodes(value: Union[int, str]) -> tuple[int, int]:
+    """``"2"`` -> (2, 2); ``"1:4"`` -> (1, 4): the minimum and maximum number of nodes."""
+    text = str(value)
+    try:
+        lo, _, hi = text.partition(":")
+        low, high = int(lo), int(hi or lo)
+    except ValueError:
+        raise ValueError(f"nnodes={value!r} must be N or MIN:MAX, e.g. 2 or 1:4.") from None
+    if not 1 <= low <= high:
+        raise ValueError(f"nnodes={value!r} needs 1 <= MIN <= MAX.")
+    return low, high
+
+
+def parse_nproc(value: Union[int, str]) -> int:
+    """Workers per node: a positive int, or ``"auto"`` (GPUs, else CPU cores)."""
+    if str(value) == "auto":
+        return torch.cuda.device_count() if torch.cuda.is_available() else (os.cpu_count() or 1)
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError(f"nproc_per_node={value!r} must be a positive integer or 'auto'.") from None
+    if count < 1:
+        raise ValueError(f"nproc_per_node={value!r} must be >= 1.")
+    return count
+
+
+def config_from_args(ns: argparse.Namespace) -> LaunchConfig:
+    """The config a parsed launcher command line (``args.parse_launch_args``) asks for."""
+    return LaunchConfig(
+        nproc_per_node=ns.nproc_per_node, nnodes=ns.nnodes, node_rank=ns.node_rank,
+        master_addr=ns.master_addr, master_port=ns.master_port, backend=ns.backend,
+        max_restarts=ns.max_restarts, monitor_interval=ns.monitor_interval,
+        start_timeout=ns.start_timeout, log_dir=ns.log_dir, timeout=ns.timeout,
+        run_id=ns.run_id, rank0_only=ns.rank0_only,
+    )

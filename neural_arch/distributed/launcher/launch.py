@@ -1,0 +1,163 @@
+"""Start a distributed job: N workers per node, restarted as a group when one fails.
+
+Run: ``python -m neural_arch.distributed.launcher --nproc_per_node=2 train.py --lr 0.1``
+(or the seeds' order ``... launcher train.py --nproc_per_node=2``, or ``neural-arch launch``).
+Python: ``DistributedLauncher(LaunchConfig(nproc_per_node=2)).launch("train.py", "--lr", "0.1")``.
+
+Built on torch.distributed.elastic (agent, rendezvous, restarts; see agent.py for what we
+change). Workers see exactly torchrun's variables, so torchrun/Fabric/Accelerate scripts
+run unmodified. One node without ``--master_port`` gets a free port from the OS (two jobs
+never collide); ``--nnodes=MIN:MAX`` is an elastic job over a c10d rendezvous.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import tempfile
+import traceback
+import uuid
+from pathlib import Path
+from typing import Optional, Sequence
+
+from torch.distributed.elastic.agent.server.api import WorkerSpec
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+
+from neural_arch.distributed.launcher.agent import RobustElasticAgent
+from neural_arch.distributed.launcher.args import LaunchUsageError, parse_launch_args
+from neural_arch.distributed.launcher.config import LaunchConfig, config_from_args
+from neural_arch.distributed.launcher.failures import format_failure_summary
+
+
+def _is_local(addr: str) -> bool:
+    if addr in ("localhost", "0.0.0.0") or addr.startswith("127."):
+        return True
+    try:
+        return socket.gethostbyname(addr) in ("127.0.0.1", socket.gethostbyname(socket.gethostname()))
+    except OSError:
+        return False
+
+
+def check_port_free(addr: str, port: int) -> None:
+    """Fail at once, with a clear message, if another process listens on ``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "in use"
+        try:
+            probe.bind(("", port))
+        except OSError:
+            raise RuntimeError(
+                f"master port {port} on {addr} is already in use (another job?); pass another "
+                "--master_port, or omit it on a single node to use a free port."
+            ) from None
+
+
+class DistributedLauncher:
+    """Launch a script on this node's workers; ``launch()`` returns the job's exit code."""
+
+    def __init__(self, config: LaunchConfig) -> None:
+        self.config = config
+
+    def _rendezvous(self, run_id: str) -> RendezvousParameters:
+        c = self.config
+        if c.min_nodes != c.max_nodes:  # elastic: nodes may come and go
+            return RendezvousParameters(
+                backend="c10d", endpoint=f"{c.master_addr}:{c.master_port}", run_id=run_id,
+                min_nodes=c.min_nodes, max_nodes=c.max_nodes,
+                join_timeout=c.start_timeout, last_call_timeout=2,
+            )
+        if c.max_nodes == 1 and c.master_port is None:
+            # Port 0: the OS picks a free port atomically, so concurrent jobs never collide.
+            return RendezvousParameters(backend="c10d", endpoint="127.0.0.1:0", run_id=run_id,
+                                        min_nodes=1, max_nodes=1, join_timeout=c.start_timeout)
+        return RendezvousParameters(
+            backend="static", endpoint=f"{c.master_addr}:{c.master_port}", run_id=run_id,
+            min_nodes=c.max_nodes, max_nodes=c.max_nodes, rank=c.node_rank, timeout=c.start_timeout,
+        )
+
+    def _worker_args(self, script: str, args: Sequence[str], log_dir: Path) -> tuple[str, ...]:
+        console = "rank0" if self.config.rank0_only else "all"
+        return ("-u", "-m", "neural_arch.distributed.launcher.worker", "--console", console,
+                "--log-dir", str(log_dir), script, *args)
+
+    def preflight(self, script: str) -> None:
+        """Fail fast on what can be checked before starting anything (ValueError / RuntimeError)."""
+        c = self.config
+        if not Path(script).is_file():
+            raise ValueError(f"script {script!r} not found; pass the path of a Python file.")
+        if c.master_port is not None and c.node_rank == 0 and c.min_nodes == c.max_nodes and _is_local(c.master_addr):
+            check_port_free(c.master_addr, c.master_port)
+
+    def launch(self, script: str, *args: str) -> int:
+        """Run ``script args`` on every worker; 0 on success, non-zero (with a summary) on failure."""
+        self.preflight(script)
+        return self._launch(script, *args)
+
+    def _launch(self, script: str, *args: str) -> int:
+        c = self.config
+        run_id = c.run_id or (f"na-{c.master_addr}-{c.master_port}" if c.max_nodes > 1 else uuid.uuid4().hex[:12])
+        with tempfile.TemporaryDirectory(prefix="neural_arch_") as scratch:
+            log_dir = Path(c.log_dir) if c.log_dir else Path(scratch) / "logs"
+            params = self._rendezvous(run_id)
+            spec = WorkerSpec(
+                role="worker", local_world_size=c.nproc, entrypoint=sys.executable,
+                args=self._worker_args(script, args, log_dir), rdzv_handler=get_rendezvous_handler(params),
+                max_restarts=c.max_restarts, monitor_interval=c.monitor_interval,
+                master_addr=c.master_addr if params.backend == "static" else None,
+                master_port=c.master_port if params.backend == "static" else None,
+            )
+            agent = RobustElasticAgent(spec=spec, logs_specs=DefaultLogsSpecs(log_dir=str(Path(scratch) / "elastic")),
+                                       shutdown_timeout=c.shutdown_timeout)
+            saved = dict(os.environ)
+            os.environ.update(self._worker_environment())
+            try:
+                result = agent.run()
+            finally:
+                spec.rdzv_handler.shutdown()
+                os.environ.clear()
+                os.environ.update(saved)
+            if result.is_failed():
+                summary = format_failure_summary(agent.failure_history, log_dir, c.max_restarts, show_log_path=bool(c.log_dir))
+                print(summary, file=sys.stderr, flush=True)
+                return 1
+        return 0
+
+    def _worker_environment(self) -> dict[str, str]:
+        env = {}
+        if self.config.backend not in (None, "auto"):
+            env["NEURAL_ARCH_BACKEND"] = str(self.config.backend)
+        if self.config.timeout is not None:
+            env["NEURAL_ARCH_TIMEOUT"] = str(self.config.timeout)
+        if "OMP_NUM_THREADS" not in os.environ and self.config.nproc > 1:
+            # As torchrun: N workers sharing the cores should not each start all threads.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.config.nproc))
+        return env
+
+
+def launch_distributed_training(script: str, *args: str, **options: object) -> int:
+    """``launch_distributed_training("train.py", "--lr", "0.1", nproc_per_node=2)`` -> exit code."""
+    return DistributedLauncher(LaunchConfig(**options)).launch(script, *args)  # type: ignore[arg-type]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """CLI entry: usage mistakes exit 2 with one line; a failed job exits 1 with a summary."""
+    try:
+        ns = parse_launch_args(sys.argv[1:] if argv is None else argv)
+        launcher = DistributedLauncher(config_from_args(ns))
+        launcher.preflight(ns.script)
+    except (ValueError, LaunchUsageError) as exc:
+        print(f"neural-arch launch: error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        print(f"neural-arch launch: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return launcher._launch(ns.script, *ns.script_args)  # preflight done above, where errors exit 2
+    except Exception as exc:  # noqa: BLE001 - the job's machinery failed, not the user's input
+        traceback.print_exc()
+        print(f"neural-arch launch: the launcher itself failed ({type(exc).__name__}: {exc}); "
+              "the traceback above shows where.", file=sys.stderr)
+        return 1
+

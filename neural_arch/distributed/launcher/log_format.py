@@ -1,0 +1,70 @@
+"""The format of a rank's log file, ``LOG_DIR/rank_N.log``: written by the worker (and its
+log pump), read back by the failure summary. Both sides import this one module.
+
+Use: ``attempt_lines(log_path(log_dir, rank), pid)`` -> that worker's output lines.
+
+Format: the whole output of every attempt of rank N, appended; each attempt begins with
+one header line (``ATTEMPT_HEADER``) naming its pid, which is how a reader finds the lines
+of the failed process. While a worker runs, its log file descriptor holds an exclusive
+``flock``, which the log pump inherits and keeps until it has written the last byte; a
+reader that takes a shared lock first therefore sees every line.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import time
+from pathlib import Path
+
+ATTEMPT_MARK = "--- neural_arch worker:"
+ATTEMPT_HEADER = ATTEMPT_MARK + " rank {rank}, attempt {attempt}, pid {pid} ---"
+"""First line of each attempt in rank_N.log."""
+
+
+def log_path(log_dir: Path, rank: int) -> Path:
+    """Where rank ``rank`` writes its output."""
+    return Path(log_dir) / f"rank_{rank}.log"
+
+
+def attempt_header(rank: int, attempt: str, pid: int) -> str:
+    """The line that starts one attempt's output (without its newline)."""
+    return ATTEMPT_HEADER.format(rank=rank, attempt=attempt, pid=pid)
+
+
+def wait_for_lock(fd: int, exclusive: bool, timeout: float) -> bool:
+    """Take the log's lock (exclusive: a writer; shared: a reader waiting for the writer to
+    finish), polling up to ``timeout`` seconds; False if it could not be had in time."""
+    deadline = time.monotonic() + timeout
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    while True:
+        try:
+            fcntl.flock(fd, mode)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+
+def attempt_lines(log: Path, pid: int, timeout: float = 5.0) -> list[str]:
+    """The lines process ``pid`` wrote to ``log`` (its attempt's section), once the log pump
+    writing them has finished or ``timeout`` seconds have passed; [] if none."""
+    try:
+        with open(log, "rb") as f:
+            wait_for_lock(f.fileno(), exclusive=False, timeout=timeout)
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    return _section_for_pid(lines, pid)
+
+
+def _section_for_pid(lines: list[str], pid: int) -> list[str]:
+    start = None
+    for i, line in enumerate(lines):
+        if line.startswith(ATTEMPT_MARK):
+            if start is not None:
+                return lines[start:i]
+            if re.search(rf"pid {pid} ---$", line):
+                start = i + 1
+    return lines[start:] if start is not None else []

@@ -1,0 +1,156 @@
+"""One worker of a launched job: run a script with per-rank logs and a clear failure record.
+
+The launcher starts every worker as
+``python -m neural_arch.distributed.launcher.worker [--log-dir DIR] [--console all|rank0|none] SCRIPT ARGS``;
+you rarely run it by hand.
+
+- Output: the worker's stdout and stderr (including subprocesses and C++ code, since whole
+  file descriptors are redirected) are appended, unprefixed, to ``DIR/rank_N.log`` and
+  shown on the console prefixed ``[rank N]``.
+- Failure: an uncaught exception is printed, followed by a one-line diagnosis when it is a
+  collective timeout (which rank did not arrive, see ``runtime/heartbeat.py``), and recorded in the
+  elastic error file so the launcher's summary can quote it. The process group is then
+  left at once, without waiting for healthy peers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import runpy
+import sys
+import subprocess
+import traceback
+from pathlib import Path
+from typing import Optional, Sequence
+
+from neural_arch.distributed.env import detect_cluster_env
+from neural_arch.distributed.launcher.log_format import attempt_header, log_path, wait_for_lock
+from neural_arch.distributed.runtime.heartbeat import describe_stragglers
+from neural_arch.distributed.runtime.process_group import abandon_process_group
+
+LOGPUMP = str(Path(__file__).with_name("logpump.py"))
+"""Run by path, not ``-m``: importing it as a module would first import neural_arch's
+package ``__init__``s (and torch), seconds instead of milliseconds per worker start."""
+
+
+class OutputTee:
+    """Route fds 1 and 2 through a pipe to a pump process (logpump.py) that writes the log
+    file and the prefixed console lines, and survives this process being killed."""
+
+    def __init__(self, prefix: str, log_path: Optional[Path], show: bool) -> None:
+        log_fd = -1
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            # A previous attempt's pump may still hold the lock briefly; after 10 s write
+            # unlocked rather than not at all.
+            wait_for_lock(log_fd, exclusive=True, timeout=10.0)
+        read_fd, write_fd = os.pipe()
+        self.pump = subprocess.Popen(
+            [sys.executable, LOGPUMP, prefix, str(log_fd), "1" if show else "0"],
+            stdin=read_fd, close_fds=True, pass_fds=(log_fd,) if log_fd >= 0 else (),
+            # Its own session: the launcher SIGKILLs a stopped worker's whole process group,
+            # and the pump must outlive that long enough to write the worker's last lines.
+            start_new_session=True,
+        )
+        if log_fd >= 0:
+            # The pump shares this open file and so its lock, which is released only when the
+            # pump exits too: a reader that waits for the lock sees every line (log_format.py).
+            os.close(log_fd)
+        os.close(read_fd)
+        self.saved = (os.dup(1), os.dup(2))
+        os.dup2(write_fd, 1)
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        _rebind_python_streams()
+
+    def close(self) -> None:
+        """Restore the original fds; the pump drains what is left and exits."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os.dup2(self.saved[0], 1)
+        os.dup2(self.saved[1], 2)
+        _rebind_python_streams()
+        try:
+            self.pump.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a child of the script still holds the pipe
+            pass
+
+
+def _rebind_python_streams() -> None:
+    # Line-buffered text streams on fds 1/2, so lines arrive whole and in order.
+    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True)
+    sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True)
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "timed out" in text or "timeout" in text
+
+
+def _record_failure(exc: BaseException) -> None:
+    traceback.print_exc()
+    if _is_timeout(exc):
+        hint = describe_stragglers()
+        if hint:
+            print(f"neural_arch: {hint}", file=sys.stderr, flush=True)
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+        ErrorHandler().record_exception(exc)
+    abandon_process_group()  # peers may be healthy and busy: no barrier
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_script(script: str, args: Sequence[str]) -> int:
+    """Run ``script`` as ``__main__`` with ``args``; returns its exit code."""
+    sys.argv = [script, *args]
+    sys.path.insert(0, str(Path(script).resolve().parent))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        return _exit_code(exc.code)
+    except BaseException as exc:  # noqa: BLE001 - every failure is recorded, then reported
+        _record_failure(exc)
+        return 1
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m neural_arch.distributed.launcher.worker", allow_abbrev=False)
+    parser.add_argument("--log-dir", default=None)
+    parser.add_argument("--console", choices=["all", "rank0", "none"], default="all")
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    ns = parser.parse_args(argv)
+    cluster = detect_cluster_env()
+    rank = cluster.rank
+    log = log_path(Path(ns.log_dir), rank) if ns.log_dir else None
+    show = ns.console == "all" or (ns.console == "rank0" and rank == 0)
+    if log is not None:  # lets the launcher's failure summary find this attempt's lines
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as out:
+            out.write(attempt_header(rank, cluster.attempt, os.getpid()) + "\n")
+    tee = OutputTee(f"[rank {rank}] ", log, show)
+    try:
+        code = run_script(ns.script, ns.args)
+    finally:
+        tee.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Plain ``nn.Module`` models; no distributed imports (they are wrapped from outside)."""

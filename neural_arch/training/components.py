@@ -1,0 +1,71 @@
+"""Everything the training loop updates, built from a config, and its checkpoint state.
+
+Used by trainer.py: ``parts = TrainingComponents.build(cfg, device)``, then
+``parts.checkpoint_state()`` / ``parts.restore(state, seed)``. All values in the state are
+plain tensors, numbers and lists, so checkpoints load with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import neural_arch.distributed as nd
+from neural_arch.training.builders import build_optimizer, build_scaler, build_scheduler
+from neural_arch.training.config import Config, config_to_dict
+from neural_arch.training.registry import task_class
+from neural_arch.training.rng import capture_rng, restore_rng, seed_rank
+from neural_arch.training.task import Task
+
+
+@dataclass
+class TrainingComponents:
+    """The task, the wrapped model, optimizer, LR schedule, loss scaler, sampler and step count."""
+
+    cfg: Config
+    task: Task
+    model: nd.DistributedDataParallel
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler
+    sampler: nd.DistributedSampler
+    device: torch.device
+    step: int = 0
+
+    @classmethod
+    def build(cls, cfg: Config, device: torch.device) -> "TrainingComponents":
+        """Build on every rank (the task's ``prepare`` may run collectives)."""
+        task = task_class(cfg.run.task)(cfg)
+        task.prepare()
+        model = nd.DistributedDataParallel(task.build_model().to(device))
+        optimizer = build_optimizer(cfg, model)
+        sampler = nd.DistributedSampler(dataset_size=task.train_size, batch_size=cfg.training.global_batch_size,
+                                        seed=cfg.run.seed)
+        return cls(cfg, task, model, optimizer, build_scheduler(cfg, optimizer), build_scaler(cfg, device), sampler, device)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Checkpoint content (call on every rank: it gathers every rank's RNG state)."""
+        return {
+            "model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+            "sampler": self.sampler.state_dict(), "step": self.step, "world_size": nd.get_world_size(),
+            "rng": nd.all_gather_object(capture_rng()), "config": config_to_dict(self.cfg),
+            "task": self.task.state_dict(),
+        }
+
+    def restore(self, state: dict[str, Any], seed: int) -> None:
+        """Continue from ``checkpoint_state()`` of a run on any number of ranks."""
+        self.model.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.step = int(state["step"])
+        self.task.load_state_dict(state.get("task", {}))
+        rank = nd.get_rank()
+        if state["world_size"] == nd.get_world_size():
+            restore_rng(state["rng"][rank])
+        else:  # the old per-rank streams mean nothing at another world size
+            seed_rank(seed, rank, self.step)

@@ -1,0 +1,106 @@
+"""What the training loop needs to know about a problem: its config, data, model, loss, metrics.
+
+Write an application by subclassing ``Task`` (each folder of ``neural_arch/apps/`` holds a
+complete one) and name it in the config's ``run.task``: a registered name
+(``register_task("mine", MyTask)``), an installed package's ``neural_arch.tasks`` entry
+point, or ``package.module:MyTask``. The framework never names an application.
+
+Contract that keeps training exact on any number of ranks: ``loss`` returns one loss per
+sample (the loop weights them by the global batch size), ``eval_sums`` returns float64
+*sums* over the given samples (the loop adds them over ranks with one all_reduce and calls
+``finalize`` on the totals), and nothing a sample produces depends on the other samples
+in its batch.
+
+Class-level hooks (called before any rank trains, so they must not need a model):
+``ModelConfig``/``DataConfig`` (the app's ``model:`` and ``data:`` config sections, typed
+dataclasses), ``RANGES`` and ``validate_config`` (their value rules), ``data_missing`` and
+``create_data`` (data that must exist before training), ``build_export`` (a checkpoint ->
+a TorchScript-ready model for ``neural-arch export``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Optional
+
+import torch
+from torch import nn
+
+from neural_arch.training.typed_config import ConfigError
+
+RangeRule = tuple[Callable[[Any], bool], str]
+"""(predicate on a value, what is allowed, said in the error message)."""
+
+
+class Task:
+    """Base class of every application; override the methods that raise NotImplementedError."""
+
+    ModelConfig: ClassVar[type] = type(None)
+    """Dataclass of the ``model:`` config section (fields with defaults and docstrings)."""
+    DataConfig: ClassVar[type] = type(None)
+    """Dataclass of the ``data:`` config section."""
+    RANGES: ClassVar[dict[str, RangeRule]] = {}
+    """Value rules of the app's sections: ``"model.depth": (lambda v: v >= 1, ">= 1")``."""
+
+    train_size: int
+    val_size: int
+
+    # ---- class-level hooks: config, data creation, export
+    @classmethod
+    def validate_config(cls, cfg: Any) -> None:
+        """Cross-field checks of the app's sections; raise ``ConfigError`` with one line."""
+
+    @classmethod
+    def data_missing(cls, cfg: Any) -> Optional[str]:
+        """Why training cannot start yet (data not created), or None when it can."""
+        return None
+
+    @classmethod
+    def create_data(cls, cfg: Any) -> Path:
+        """Create the dataset the config names; called on every rank (collective) by
+        ``neural-arch create-data`` and by ``train --create-data``; returns where it is."""
+        raise ConfigError(f"run.task={cfg.run.task!r} has no data to create: its data is made when training starts")
+
+    @classmethod
+    def build_export(cls, state: dict[str, Any]) -> tuple[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(model with the checkpoint's weights, input mean, input std, example raw input)
+        for ``neural-arch export``; ``state`` is a training checkpoint."""
+        raise ValueError(f"task {cls.__name__} does not support TorchScript export")
+
+    # ---- per-run hooks: one instance per rank, built from the validated config
+    def prepare(self) -> None:
+        """Collective set-up on every rank after the process group exists (e.g. normalization)."""
+
+    def build_model(self) -> nn.Module:
+        """The plain model (no distributed code), same initial weights on every rank."""
+        raise NotImplementedError
+
+    def batch(self, split: str, ids: torch.Tensor, device: torch.device) -> dict[str, torch.Tensor]:
+        """Samples ``ids`` of ``split`` ("train"/"val"), ready for the model, on ``device``."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Per-sample training loss, shape [n]."""
+        raise NotImplementedError
+
+    def eval_sums(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """float64 vector of sums over the batch's samples (added over ranks by the loop)."""
+        raise NotImplementedError
+
+    def finalize(self, sums: torch.Tensor) -> dict[str, float]:
+        """Validation metrics from the global sums."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Task state to keep in checkpoints (e.g. normalization statistics)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict()`` from a checkpoint."""
+
+    def summary_metrics(self, final: dict[str, float]) -> dict[str, float]:
+        """The final metrics worth a line in the end-of-run summary (default: all)."""
+        return final
+
+    def report(self, run_dir: Path, model: nn.Module, final: dict[str, float], throughput: dict[str, float]) -> None:
+        """Rank 0, after training: write task-specific outputs (plots, report.md)."""
