@@ -9,7 +9,8 @@ so importing this package imports no application). Add your own application outs
 package with ``neural_arch.training.registry.register_task`` or ``run.task: pkg.mod:Class``.
 """
 
-BUILTIN_TASKS = {"regression": "neural_arch.apps.regression.task:RegressionTask", "icenet": "neural_arch.apps.icenet.task:IceNetTask"}
+BUILTIN_TASKS = {"regression": "neural_arch.apps.regression.task:RegressionTask", "icenet": "neural_arch.apps.icenet.task:IceNetTask",
+                 "gpt": "neural_arch.apps.gpt.task:GPTTask"}
 """Built-in applications: task name -> ``module:Class`` (imported only when a config names it)."""
 DEFAULT_TASK = "regression"
 """The task of a config that names none: the small MLP, so an empty config trains in a second."""

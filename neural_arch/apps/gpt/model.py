@@ -1,0 +1,142 @@
+"""A decoder-only byte-level transformer: ``GPT(d_model=128, n_layers=4, n_heads=4, context=128)``.
+
+Try it: ``python -c "import torch; from neural_arch.apps.gpt.model import GPT; print(GPT()(torch.zeros(2, 16, dtype=torch.long)).shape)"``
+
+Plain PyTorch with no distributed code (parallelism is applied from outside). Bytes are the
+tokens (vocabulary 256). Pre-norm blocks (LayerNorm -> causal attention via
+``scaled_dot_product_attention`` -> LayerNorm -> MLP) sit in one ``ModuleList`` of identical
+blocks, so they can be sharded, split into pipeline stages or checkpointed per block. The
+output head shares the embedding's weight.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+VOCAB = 256
+"""Byte-level: every byte value is a token."""
+
+
+def rotary_tables(context: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape [context, head_dim / 2] for rotary position embedding (RoPE)."""
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(torch.arange(context, dtype=torch.float64), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (even, odd) of ``x`` [B, H, T, D] by position-dependent angles."""
+    t = x.shape[-2]
+    cos, sin = cos[:t].to(x.dtype), sin[:t].to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention where position t sees positions <= t only."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, rotary: bool, context: int) -> None:
+        super().__init__()
+        self.n_heads, self.dropout = n_heads, dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.resid_drop = nn.Dropout(dropout)
+        self.rotary = rotary
+        if rotary:
+            cos, sin = rotary_tables(context, d_model // n_heads)
+            # Not persistent: derived from the sizes, so checkpoints hold only learned weights.
+            self.register_buffer("cos", cos, persistent=False)
+            self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
+        if self.rotary:
+            q, k = apply_rotary(q, self.cos, self.sin), apply_rotary(k, self.cos, self.sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(b, t, c)))
+
+
+class Block(nn.Module):
+    """One pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, d_model: int, n_heads: int, mlp_ratio: int, dropout: float, rotary: bool, context: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout, rotary, context)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, mlp_ratio * d_model), nn.GELU(),
+                                 nn.Linear(mlp_ratio * d_model, d_model), nn.Dropout(dropout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """Bytes [B, T] (T <= context) -> next-byte logits [B, T, 256]."""
+
+    def __init__(self, d_model: int = 128, n_layers: int = 4, n_heads: int = 4, mlp_ratio: int = 4,
+                 dropout: float = 0.0, positional: str = "rotary", context: int = 128) -> None:
+        super().__init__()
+        self.context = context
+        self.embed = nn.Embedding(VOCAB, d_model)
+        self.pos = nn.Embedding(context, d_model) if positional == "learned" else None
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, mlp_ratio, dropout, positional == "rotary", context)
+                                    for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, VOCAB, bias=False)
+        self.head.weight = self.embed.weight  # weight tying: one matrix reads and writes bytes
+        self.apply(_init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.2.weight")):
+                # GPT-2's scaled init: keeps the residual stream's variance flat with depth.
+                nn.init.normal_(p, mean=0.0, std=0.02 / (2 * n_layers) ** 0.5)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.shape[1]
+        if t > self.context:
+            raise ValueError(f"GPT got {t} bytes at once but its context is {self.context}; pass at most {self.context}")
+        x = self.embed(idx)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(t, device=idx.device))
+        x = self.drop(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def _init_weights(module: nn.Module) -> None:
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Learned numbers in the model; the tied embedding/head matrix counts once."""
+    return sum(p.numel() for p in model.parameters())
+
+
+@torch.no_grad()
+def generate(model: GPT, prompt: bytes, length: int, temperature: float = 0.8, top_k: Optional[int] = None,
+             generator: Optional[torch.Generator] = None) -> bytes:
+    """``length`` bytes after ``prompt`` (temperature 0: greedy); no KV cache, so each step
+    recomputes the last ``context`` bytes."""
+    device = next(model.parameters()).device
+    idx = torch.tensor([list(prompt or b"\n")], dtype=torch.long, device=device)
+    for _ in range(length):
+        logits = model(idx[:, -model.context:])[0, -1].double()
+        if temperature <= 0:
+            nxt = logits.argmax().view(1)
+        else:
+            if top_k is not None:
+                logits[logits < torch.topk(logits, min(top_k, VOCAB)).values[-1]] = -float("inf")
+            nxt = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator)
+        idx = torch.cat([idx, nxt.view(1, 1)], dim=1)
+    return bytes(idx[0, len(prompt or b"\n"):].tolist())
