@@ -79,14 +79,17 @@ def remove(path: Optional[Path]) -> None:
             path.unlink(missing_ok=True)
 
 
-def commit_file(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+def commit_file(path: Path, write: Callable[[BinaryIO], Any], check: Optional[Callable[[Path], None]] = None) -> None:
     """Replace ``path`` atomically with what ``write(binary file)`` writes: staged as a
     ``.tmp-*`` sibling (same directory, so the rename cannot cross filesystems), fsynced,
-    renamed over ``path``, then the directory fsynced. On failure ``path`` is untouched
-    and the staged file removed."""
+    ``check(staged path)`` run if given (it raises to refuse the file, e.g. an export whose
+    reloaded output is wrong), renamed over ``path``, then the directory fsynced. On any
+    failure ``path`` is untouched and the staged file removed."""
     tmp = tmp_path(path.parent, path.name)
     try:
         write_file(tmp, write)
+        if check is not None:
+            check(tmp)
         os.replace(tmp, path)
     except BaseException:
         remove(tmp)
