@@ -125,6 +125,9 @@ def create_corpus(path: Path, source: Optional[list[str]], val_fraction: float, 
         if stale:
             raise ConfigError(stale)
         return path
+    if path.exists():  # commit_dir would replace it: never delete what a user put there
+        raise ConfigError(f"data.path={str(path)!r} exists but holds no corpus (no manifest.json): "
+                          "set data.path to a new directory, or delete that one")
     files = resolve_sources(source, val_fraction)
     mine = _read_share(files, rank, world)
     # Only the digests travel (the bytes stay with the rank that writes them).

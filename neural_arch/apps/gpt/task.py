@@ -10,7 +10,7 @@ Run: ``neural-arch train --config configs/gpt.yaml --create-data`` (``run.task: 
   first is predicted exactly once, the last window shorter and masked, never padded with
   duplicates); ranks add float64 (nats, bytes) sums, so bits per byte is exact.
 - Baselines on the same bytes (unigram, bigram, gzip -9, lzma) are computed once by rank 0
-  in ``prepare`` and reported as ``val/baseline/<name>_bpb``.
+  in ``prepare`` and reported as ``val/baseline/<name>_bpb``; ``report.md`` compares them.
 """
 
 from __future__ import annotations
@@ -148,3 +148,8 @@ class GPTTask(Task):
     def summary_metrics(self, final: dict[str, float]) -> dict[str, float]:
         # The baselines are in metrics.jsonl and summary.json; the summary shows the model's numbers.
         return {k: v for k, v in final.items() if not k.startswith("val/baseline/")}
+
+    def report(self, run_dir: Path, model: nn.Module, final: dict[str, float], throughput: dict[str, float]) -> None:
+        from neural_arch.apps.gpt.report import write_report
+
+        write_report(run_dir, self, model, final, throughput)

@@ -90,6 +90,11 @@ def test_bad_inputs_are_refused_in_one_line_with_nothing_written(tmp_path):
     refusal(tmp_path, [str(binary)], "blob.txt is not UTF-8 text")
     refusal(tmp_path, [str(src)], "val_fraction=1e-06: no file", val_fraction=1e-6)
     refusal(tmp_path, [str(src)], "model.context=100000 needs 100001 bytes", context=100_000)
+    (tmp_path / "out" / "corpus").mkdir(parents=True)
+    (tmp_path / "out" / "corpus" / "precious.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="exists but holds no corpus"):
+        create_corpus(tmp_path / "out" / "corpus", [str(src)], VAL_FRACTION, CONTEXT)
+    assert [p.name for p in (tmp_path / "out" / "corpus").iterdir()] == ["precious.txt"]
 
 
 def test_a_list_of_files_and_a_glob_are_sources(tmp_path):

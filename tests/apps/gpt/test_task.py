@@ -99,3 +99,6 @@ def test_trained_tiny_model_has_finite_bpb_below_uniform_and_the_baselines(corpu
     assert final["val/baseline/bigram_bpb"] < final["val/baseline/unigram_bpb"]
     summary = (tmp_path / "run" / "summary.txt").read_text()
     assert "bpb" in summary and "baseline" not in summary
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert f"**{final['val/bpb']:.4f}**" in report and report.count("~~~~") == 6
+    assert all(f"{final[f'val/baseline/{name}_bpb']:.4f}" in report for name in ("unigram", "bigram", "gzip", "lzma"))
