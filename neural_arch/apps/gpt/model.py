@@ -19,6 +19,8 @@ from torch import nn
 
 VOCAB = 256
 """Byte-level: every byte value is a token."""
+KV = tuple[torch.Tensor, torch.Tensor]
+"""One block's cached keys and values, each [B, heads, bytes so far, head size]."""
 
 
 def rotary_tables(context: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,9 +31,8 @@ def rotary_tables(context: int, head_dim: int, base: float = 10000.0) -> tuple[t
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (even, odd) of ``x`` [B, H, T, D] by position-dependent angles."""
-    t = x.shape[-2]
-    cos, sin = cos[:t].to(x.dtype), sin[:t].to(x.dtype)
+    """Rotate pairs (even, odd) of ``x`` [B, H, T, D] by the angles of its T positions ([T, D/2] tables)."""
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
@@ -52,13 +53,29 @@ class CausalSelfAttention(nn.Module):
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _qkv(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys, values [B, H, T, D] of ``x``, whose first byte is at position ``start``."""
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
         if self.rotary:
-            q, k = apply_rotary(q, self.cos, self.sin), apply_rotary(k, self.cos, self.sin)
+            cos, sin = self.cos[start : start + t], self.sin[start : start + t]
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._qkv(x, 0)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(b, t, c)))
+        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(x.shape)))
+
+    def cached(self, x: torch.Tensor, past: Optional[KV]) -> tuple[torch.Tensor, KV]:
+        """Inference with a KV cache: the whole prompt (``past`` None) or one new byte."""
+        q, k, v = self._qkv(x, 0 if past is None else past[0].shape[2])
+        if past is not None:
+            assert x.shape[1] == 1, "after the prompt the cache takes one byte at a time"
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        # One new query may see every cached key; the prompt needs the causal mask.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=past is None)
+        return self.proj(y.transpose(1, 2).reshape(x.shape)), (k, v)
 
 
 class Block(nn.Module):
@@ -75,6 +92,11 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
+
+    def cached(self, x: torch.Tensor, past: Optional[KV]) -> tuple[torch.Tensor, KV]:
+        h, kv = self.attn.cached(self.ln1(x), past)
+        x = x + h
+        return x + self.mlp(self.ln2(x)), kv
 
 
 class GPT(nn.Module):
@@ -98,17 +120,29 @@ class GPT(nn.Module):
                 # GPT-2's scaled init: keeps the residual stream's variance flat with depth.
                 nn.init.normal_(p, mean=0.0, std=0.02 / (2 * n_layers) ** 0.5)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        t = idx.shape[1]
-        if t > self.context:
-            raise ValueError(f"GPT got {t} bytes at once but its context is {self.context}; pass at most {self.context}")
+    def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
+        end = start + idx.shape[1]
+        if end > self.context:
+            raise ValueError(f"GPT got {end} bytes at once but its context is {self.context}; pass at most {self.context}")
         x = self.embed(idx)
         if self.pos is not None:
-            x = x + self.pos(torch.arange(t, device=idx.device))
-        x = self.drop(x)
+            x = x + self.pos(torch.arange(start, end, device=idx.device))
+        return self.drop(x)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self._embed(idx, 0)
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x))
+
+    def cached(self, idx: torch.Tensor, past: Optional[list[KV]]) -> tuple[torch.Tensor, list[KV]]:
+        """(logits of ``idx``, the cache extended by it): the prompt first, then one byte per call."""
+        x = self._embed(idx, 0 if past is None else past[0][0].shape[2])
+        cache = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block.cached(x, None if past is None else past[i])
+            cache.append(kv)
+        return self.head(self.ln_f(x)), cache
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -125,13 +159,19 @@ def count_parameters(model: nn.Module) -> int:
 
 @torch.no_grad()
 def generate(model: GPT, prompt: bytes, length: int, temperature: float = 0.8, top_k: Optional[int] = None,
-             generator: Optional[torch.Generator] = None) -> bytes:
-    """``length`` bytes after ``prompt`` (temperature 0: greedy); no KV cache, so each step
-    recomputes the last ``context`` bytes."""
+             generator: Optional[torch.Generator] = None, use_cache: bool = True) -> bytes:
+    """``length`` bytes after ``prompt`` (temperature 0: greedy). With ``use_cache`` each new
+    byte costs one position while the text fits the context; past it, the window slides and
+    every step recomputes the last ``context`` bytes, as without the cache (so both agree)."""
     device = next(model.parameters()).device
     idx = torch.tensor([list(prompt or b"\n")], dtype=torch.long, device=device)
+    past: Optional[list[KV]] = None
     for _ in range(length):
-        logits = model(idx[:, -model.context:])[0, -1].double()
+        if not use_cache or idx.shape[1] > model.context:
+            logits = model(idx[:, -model.context:])[0, -1].double()
+        else:
+            out, past = model.cached(idx if past is None else idx[:, -1:], past)
+            logits = out[0, -1].double()
         if temperature <= 0:
             nxt = logits.argmax().view(1)
         else:
