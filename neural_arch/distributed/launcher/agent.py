@@ -1,6 +1,6 @@
 """The elastic agent behind our launcher: torch's ``LocalElasticAgent`` with robust restarts.
 
-Used by ``DistributedLauncher`` (launcher.py); not run directly.
+Used by ``DistributedLauncher`` (launch.py); not run directly.
 
 torch.distributed.elastic supervises the workers (start, monitor, restart, rendezvous);
 this subclass changes three things, each found by reproducing failed restarts:
