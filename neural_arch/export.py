@@ -1,20 +1,22 @@
 """Export a trained model to TorchScript for C++ (LibTorch) inference, with a parity check.
 
-Run (from Python; ``build`` turns a checkpoint's state into ``(model, mean, std, example)``)::
+Run (from Python; ``build`` turns a checkpoint's state into an ``ExportSpec``, or into
+``(model, mean, std, example)`` for a normalized forecaster)::
 
-    from neural_arch.export import export_checkpoint, export_torchscript
+    from neural_arch.export import export_checkpoint, export_module, export_torchscript
     diff = export_torchscript(model, mean, std, "model.ts", example)   # max |script - eager|
+    diff = export_module(any_module, example, "model.ts")              # any scriptable module
     diff = export_checkpoint("run/checkpoints", "model.ts", build)
 
 or ``neural-arch export --checkpoint DIR --output model.ts`` (the task's ``build_export``
 supplies ``build``), then run it from C++ with the LibTorch program in ``cpp/`` (see
 cpp/README.md), with the input written by ``write_tensor_file(x, "input.bin")``.
 
-The exported module takes *raw* float32 fields ``[n, C, H, W]`` and returns class
-probabilities ``[n, leads, classes, H, W]``: normalization and softmax travel inside the
-file, so the C++ side cannot apply the wrong statistics. Every export is reloaded from disk
-and compared with the eager model before it replaces ``output``, so a bad export never
-overwrites a good one.
+A forecaster exported by ``export_torchscript`` takes *raw* float32 fields ``[n, C, H, W]``
+and returns class probabilities ``[n, leads, classes, H, W]``: normalization and softmax
+travel inside the file, so the C++ side cannot apply the wrong statistics. Every export is
+reloaded from disk and compared with the eager module before it replaces ``output``, so a
+bad export never overwrites a good one.
 
 Tensor file format (shared with the C++ program in cpp/; all little-endian): int64 ``ndim``,
 ``ndim`` x int64 dims, then ``prod(dims)`` float32 values in C (row-major) order.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import struct
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Union
 
@@ -36,7 +39,21 @@ from neural_arch.utils.atomic import commit_file
 from neural_arch.distributed.checkpoint import load_checkpoint
 
 PathLike = Union[str, Path]
-BuildModel = Callable[[dict], tuple[nn.Module, Tensor, Tensor, Tensor]]
+
+
+@dataclass
+class ExportSpec:
+    """What an export writes: a module TorchScript can compile, and an input to check it on."""
+
+    module: nn.Module
+    """The whole exported computation (put into eval mode); its ``forward`` takes one tensor."""
+    example: Tensor
+    """An input for the parity check: the file's output on it must equal the eager module's."""
+    atol: float = 1e-5
+    """Largest accepted |file - eager| on ``example``."""
+
+
+BuildModel = Callable[[dict], Union[ExportSpec, tuple[nn.Module, Tensor, Tensor, Tensor]]]
 _MAX_NDIM = 8  # the C++ reader's limit too; a larger value means the file is not ours
 
 
@@ -68,13 +85,17 @@ class NormalizedForecaster(nn.Module):
 
 def script_forecaster(model: nn.Module, mean: Tensor, std: Tensor) -> torch.jit.ScriptModule:
     """``torch.jit.script(NormalizedForecaster(model.eval(), mean, std))``; ValueError if unscriptable."""
-    wrapper = NormalizedForecaster(model.eval(), mean, std).eval()
+    return script_module(NormalizedForecaster(model.eval(), mean, std), name=type(model).__name__)
+
+
+def script_module(module: nn.Module, name: str = "") -> torch.jit.ScriptModule:
+    """``torch.jit.script(module.eval())``; ValueError naming the module if it cannot be compiled."""
     try:
         with _torchscript_on_purpose():
-            return torch.jit.script(wrapper)
+            return torch.jit.script(module.eval())
     except Exception as exc:  # noqa: BLE001 - TorchScript raises many types; all mean the same here
         raise ValueError(
-            f"{type(model).__name__} cannot be compiled by torch.jit.script ({exc}); give forward() type "
+            f"{name or type(module).__name__} cannot be compiled by torch.jit.script ({exc}); give forward() type "
             "annotations and avoid Python-only constructs (see the TorchScript language reference)."
         ) from exc
 
@@ -89,7 +110,6 @@ def export_torchscript(
     the eager wrapper within ``atol`` is it renamed to ``output`` (atomically). Otherwise
     ``ValueError`` and ``output`` is untouched.
     """
-    output = Path(output)
     example = torch.as_tensor(example, dtype=torch.float32)
     mean, std = _check_stats(mean, std)
     if example.dim() != 4 or example.size(1) != mean.numel():
@@ -97,11 +117,23 @@ def export_torchscript(
             f"example has shape {tuple(example.shape)}; expected raw input [n, {mean.numel()}, H, W] "
             f"matching the {mean.numel()} normalization channels"
         )
+    return export_module(NormalizedForecaster(model.eval(), mean, std), example, output, atol,
+                         name=type(model).__name__)
+
+
+def export_module(module: nn.Module, example: Tensor, output: PathLike, atol: float = 1e-5, name: str = "") -> float:
+    """Script ``module`` (left in eval mode) to ``output``; return max |file - eager| on ``example``.
+
+    The file is written under a ``.tmp-*`` name, reloaded with ``torch.jit.load`` and run on
+    ``example``; only if it matches the eager module within ``atol`` is it renamed to
+    ``output`` (atomically). Otherwise ``ValueError`` and ``output`` is untouched.
+    """
+    output = Path(output)
     # Why eager first: scripting may share tensors with the eager module, so the reference
     # is taken before anything could touch them.
     with torch.no_grad():
-        expected = NormalizedForecaster(model.eval(), mean, std).eval()(example)
-    scripted = script_forecaster(model, mean, std)
+        expected = module.eval()(example)
+    scripted = script_module(module, name)
     diffs: list[float] = []
 
     def check(staged: Path) -> None:  # runs on the staged file, before it may replace `output`
@@ -123,9 +155,10 @@ def export_torchscript(
 def export_checkpoint(checkpoint: PathLike, output: PathLike, build_model: BuildModel) -> float:
     """Export the newest usable checkpoint under ``checkpoint`` (a run dir or one ``step_*`` dir).
 
-    ``build_model(state)`` gets the loaded state (``"model"``, ``"config"``, ``"normalization"``)
-    and returns ``(model with weights loaded, mean, std, example raw input)``;
-    ``normalization(state)`` reads the statistics. Returns the parity check's max abs diff.
+    ``build_model(state)`` gets the loaded state (``"model"``, ``"config"``, ``"task"``) and
+    returns an ``ExportSpec``, or ``(model with weights loaded, mean, std, example raw
+    input)`` for a normalized forecaster (``normalization(state)`` reads the statistics).
+    Returns the parity check's max abs diff.
     """
     path = Path(checkpoint)
     if not path.exists():
@@ -134,7 +167,10 @@ def export_checkpoint(checkpoint: PathLike, output: PathLike, build_model: Build
     if found is None:
         raise ValueError(f"no checkpoint found in {path} (no step_* directories); train first or fix the path.")
     _, state = found
-    model, mean, std, example = build_model(state)
+    built = build_model(state)
+    if isinstance(built, ExportSpec):
+        return export_module(built.module, built.example, output, built.atol)
+    model, mean, std, example = built
     return export_torchscript(model, mean, std, output, example)
 
 

@@ -3,6 +3,7 @@
 Run: ``neural-arch train --config configs/tiny.yaml`` (train.py), ``neural-arch launch
 --nproc_per_node=2 script.py`` (launch.py), ``neural-arch create-data --config FILE``
 (create_data.py), ``neural-arch export --checkpoint DIR --output model.ts`` (export.py),
+``neural-arch generate --checkpoint DIR --prompt TEXT`` (generate.py),
 ``neural-arch env`` (env.py); ``python -m neural_arch.cli ...`` is the same. The logic lives
 in the package so it can be called from Python and tested; user mistakes of every
 subcommand exit 2 with one line (usage.py).
@@ -21,6 +22,7 @@ COMMANDS = {
     "train": ("train", "train from a YAML config"),
     "create-data": ("create_data", "create the dataset a config's task trains on"),
     "export": ("export", "export a checkpoint to TorchScript for C++"),
+    "generate": ("generate", "continue a prompt with a trained language model"),
     "launch": ("launch", "start a distributed job (same as python -m neural_arch.distributed.launcher)"),
     "env": ("env", "show the detected environment"),
 }

@@ -6,9 +6,10 @@ Use: ``cfg = load_config("configs/tiny.yaml", ["optim.lr=0.1", "training.steps=5
 Loading is generic: the dataclasses below are the schema (types from their annotations,
 choices from ``Literal``), so adding a field needs no loader code, only a range rule if it
 has one. The ``model:`` and ``data:`` sections belong to the application: ``run.task``
-names a ``Task`` whose ``ModelConfig``/``DataConfig`` dataclasses, ``RANGES`` and
-``validate_config`` define them (see neural_arch/training/task.py). Every mistake raises ``ConfigError`` with one line naming the key path, the bad
-value, what is allowed and, for names, the closest valid one.
+names a ``Task`` whose ``SECTIONS`` (an ``AppSections``: two dataclasses and their rules)
+define them (see neural_arch/training/task.py). Every mistake raises ``ConfigError`` with
+one line naming the key path, the bad value, what is allowed and, for names, the closest
+valid one.
 """
 
 from __future__ import annotations
@@ -118,10 +119,10 @@ class LoggingConfig:
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     """Naming, output directory, seed."""
-    model: Any = field(default_factory=lambda: task_class(RunConfig.task).ModelConfig())
-    """Model architecture: the dataclass ``ModelConfig`` of the task ``run.task`` names."""
-    data: Any = field(default_factory=lambda: task_class(RunConfig.task).DataConfig())
-    """Dataset: the dataclass ``DataConfig`` of the task ``run.task`` names."""
+    model: Any = field(default_factory=lambda: task_class(RunConfig.task).SECTIONS.model())
+    """Model architecture: the ``SECTIONS.model`` dataclass of the task ``run.task`` names."""
+    data: Any = field(default_factory=lambda: task_class(RunConfig.task).SECTIONS.data())
+    """Dataset: the ``SECTIONS.data`` dataclass of the task ``run.task`` names."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimizer."""
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -135,7 +136,7 @@ class Config:
 
 
 # ---- range rules of the framework's sections: key path -> (predicate, what is allowed);
-# None values are skipped. The task adds the rules of its model/data sections (Task.RANGES).
+# None values are skipped. The task adds the rules of its model/data sections (Task.SECTIONS.ranges).
 _RANGES: dict[str, RangeRule] = {
     "optim.lr": POSITIVE, "optim.momentum": UNIT, "optim.weight_decay": at_least(0),
     "optim.betas": ((lambda v: all(0 <= b < 1 for b in v)), "two numbers in [0, 1)"),
@@ -173,19 +174,19 @@ def load_config(path: Optional[str | Path] = None, overrides: Sequence[str] = ()
 def section_types(task: type[Task]) -> dict[str, type]:
     """Section name -> its dataclass: the framework's sections plus the task's model and data."""
     hints = typing.get_type_hints(Config)
-    return {name: task.ModelConfig if name == "model" else task.DataConfig if name == "data" else hints[name]
-            for name in names(Config)}
+    own = {"model": task.SECTIONS.model, "data": task.SECTIONS.data}
+    return {name: own.get(name) or hints[name] for name in names(Config)}
 
 
 def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
     """Range and cross-field checks; the trainer can repeat them once the real world size is known."""
     task = task_class(cfg.run.task)
-    for key, (ok, allowed) in {**_RANGES, **task.RANGES}.items():
+    for key, (ok, allowed) in {**_RANGES, **task.SECTIONS.ranges}.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
         if value is not None and not ok(value):
             raise ConfigError(f"{key}={show(value)} is out of range: must be {allowed}")
-    task.validate_config(cfg)
+    task.SECTIONS.validate(cfg)
     _check_batch_sizes(cfg.training, world_size)
 
 
@@ -265,8 +266,9 @@ def _apply_override(raw: dict, text: str, sections: dict[str, type]) -> None:
         value = yaml.safe_load(value_text) if value_text.strip() else None
     except yaml.YAMLError:
         value = value_text  # not YAML (e.g. "a: b: c"); the type check rejects it where wrong
-    # A str field takes the text verbatim: run.name=2024 is a name, not the int 2024.
-    if value is not None and not isinstance(value, str) and str in (tp, *typing.get_args(tp)):
+    # A str field takes the text verbatim: run.name=2024 is a name, not the int 2024 (a
+    # list or mapping still goes to a field that may also hold a list, e.g. str | list[str]).
+    if value is not None and not isinstance(value, (str, list, dict)) and str in (tp, *typing.get_args(tp)):
         value = value_text.strip()
     if raw.get(section) is None:
         raw[section] = {}

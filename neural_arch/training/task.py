@@ -12,44 +12,72 @@ sample (the loop weights them by the global batch size), ``eval_sums`` returns f
 in its batch.
 
 Class-level hooks (called before any rank trains, so they must not need a model):
-``ModelConfig``/``DataConfig`` (the app's ``model:`` and ``data:`` config sections, typed
-dataclasses), ``RANGES`` and ``validate_config`` (their value rules), ``data_missing`` and
-``create_data`` (data that must exist before training), ``build_export`` (a checkpoint ->
-a TorchScript-ready model for ``neural-arch export``).
+``SECTIONS``, an ``AppSections`` record of the app's ``model:`` and ``data:`` config
+dataclasses and their value rules; ``data_missing`` and ``create_data`` (data that must
+exist before training); ``build_export`` (a checkpoint -> a TorchScript-ready model for
+``neural-arch export``); ``generate`` (a checkpoint + prompt -> text, ``neural-arch generate``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional
 
 import torch
 from torch import nn
 
+from neural_arch.export import ExportSpec
 from neural_arch.training.typed_config import ConfigError
 
 RangeRule = tuple[Callable[[Any], bool], str]
 """(predicate on a value, what is allowed, said in the error message)."""
 
 
+def _no_checks(cfg: Any) -> None:
+    """The default cross-field check: none."""
+
+
+@dataclass(frozen=True)
+class AppSections:
+    """An application's own config sections, defined next to them in ``apps/NAME/config.py``."""
+
+    model: type
+    """Dataclass of the ``model:`` section (fields with defaults and docstrings)."""
+    data: type
+    """Dataclass of the ``data:`` section."""
+    ranges: dict[str, RangeRule] = field(default_factory=dict)
+    """Value rules of both sections: ``{"model.depth": (lambda v: v >= 1, ">= 1")}``."""
+    validate: Callable[[Any], None] = _no_checks
+    """Cross-field checks on the whole config; raise ``ConfigError`` with one line."""
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How ``neural-arch generate`` samples from a model (``Task.generate``)."""
+
+    length: int = 200
+    """Bytes (tokens) to generate after the prompt."""
+    temperature: float = 0.8
+    """Softmax temperature; 0 means greedy (always the most likely next token)."""
+    top_k: Optional[int] = None
+    """Sample only among the k most likely tokens (None: all)."""
+    seed: int = 0
+    """Seed of the sampling generator: the same seed gives the same text."""
+    use_cache: bool = True
+    """Reuse the keys/values of earlier positions (KV cache) instead of recomputing them."""
+
+
 class Task:
     """Base class of every application; override the methods that raise NotImplementedError."""
 
-    ModelConfig: ClassVar[type] = type(None)
-    """Dataclass of the ``model:`` config section (fields with defaults and docstrings)."""
-    DataConfig: ClassVar[type] = type(None)
-    """Dataclass of the ``data:`` config section."""
-    RANGES: ClassVar[dict[str, RangeRule]] = {}
-    """Value rules of the app's sections: ``"model.depth": (lambda v: v >= 1, ">= 1")``."""
+    SECTIONS: ClassVar[AppSections] = AppSections(model=type(None), data=type(None))
+    """The app's ``model:``/``data:`` config sections and their rules."""
 
     train_size: int
     val_size: int
 
-    # ---- class-level hooks: config, data creation, export
-    @classmethod
-    def validate_config(cls, cfg: Any) -> None:
-        """Cross-field checks of the app's sections; raise ``ConfigError`` with one line."""
-
+    # ---- class-level hooks: data creation, export
     @classmethod
     def data_missing(cls, cfg: Any) -> Optional[str]:
         """Why training cannot start yet (data not created), or None when it can."""
@@ -62,10 +90,16 @@ class Task:
         raise ConfigError(f"run.task={cfg.run.task!r} has no data to create: its data is made when training starts")
 
     @classmethod
-    def build_export(cls, state: dict[str, Any]) -> tuple[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(model with the checkpoint's weights, input mean, input std, example raw input)
-        for ``neural-arch export``; ``state`` is a training checkpoint."""
+    def build_export(cls, state: dict[str, Any]) -> ExportSpec:
+        """What ``neural-arch export`` scripts from the training checkpoint ``state``: the
+        module (weights loaded) and an example input for the parity check."""
         raise ValueError(f"task {cls.__name__} does not support TorchScript export")
+
+    @classmethod
+    def generate(cls, state: dict[str, Any], prompt: bytes, settings: GenerationSettings) -> bytes:
+        """Text the checkpoint ``state``'s model continues ``prompt`` with (``neural-arch generate``)."""
+        raise ValueError(f"task {cls.__name__} does not generate text; `neural-arch generate` needs a checkpoint "
+                         "of a language model (a task that implements Task.generate)")
 
     # ---- per-run hooks: one instance per rank, built from the validated config
     def prepare(self) -> None:

@@ -53,13 +53,15 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, str) and value in args:
             return value
         raise ConfigError(f"{key}: got {show(value)}, expected {_type_name(tp)}{hint(value, args)}")
-    if origin in (Union, types.UnionType):  # only Optional[X] is used in the schema
+    if origin in (Union, types.UnionType):  # the first alternative that takes the value wins
         if value is None and type(None) in args:
             return None
-        try:
-            return _convert(value, next(a for a in args if a is not type(None)), key)
-        except ConfigError:
-            raise _type_error(key, value, tp) from None  # say "X or null", not just "X"
+        for alternative in (a for a in args if a is not type(None)):
+            try:
+                return _convert(value, alternative, key)
+            except ConfigError:
+                pass
+        raise _type_error(key, value, tp)  # say "X or Y or null", not just the last one
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise _type_error(key, value, tp)

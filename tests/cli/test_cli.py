@@ -35,6 +35,11 @@ MISTAKES = [  # argv, subcommand, words the line must contain
     (["create-data", "--set", "run.task=regression"], "create-data", ["has no data to create"]),
     (["export", "--checkpoint", "x"], "export", ["--output"]),
     (["export", "--checkpoint", "/no/such/dir", "--output", "/tmp/x.ts"], "export", ["does not exist"]),
+    (["generate", "--prompt", "x"], "generate", ["--checkpoint"]),
+    (["generate", "--checkpoint", "/no/such/dir", "--prompt", "x"], "generate", ["/no/such/dir", "does not exist"]),
+    (["generate", "--checkpoint", "d", "--prompt", "x", "--temperature", "-1"], "generate", ["--temperature -1.0"]),
+    (["generate", "--checkpoint", "d", "--prompt", "x", "--length", "0"], "generate", ["--length 0"]),
+    (["generate", "--checkpoint", "d", "--prompt", "x", "--top-k", "0"], "generate", ["--top-k 0"]),
     (["env", "extra"], "env", ["unrecognized arguments: extra"]),
     (["launch", "--nproc_per_node=2", "/no/such/script.py"], "launch", ["/no/such/script.py"]),
 ]

@@ -21,7 +21,7 @@ from torch import nn
 from neural_arch.distributed.checkpoint import load_checkpoint
 from neural_arch.training.config import load_config
 from neural_arch.training.registry import register_task, task_class
-from neural_arch.training.task import Task
+from neural_arch.training.task import AppSections, Task
 from neural_arch.training.trainer import train
 from neural_arch.training.typed_config import ConfigError, at_least
 
@@ -45,9 +45,8 @@ class ToyDataConfig:
 class ToyTask(Task):
     """y = x @ w + 0.5 plus noise, fitted by a linear layer; metric: validation MSE."""
 
-    ModelConfig = ToyModelConfig
-    DataConfig = ToyDataConfig
-    RANGES = {"data.samples": at_least(2), "data.features": at_least(1)}
+    SECTIONS = AppSections(model=ToyModelConfig, data=ToyDataConfig,
+                           ranges={"data.samples": at_least(2), "data.features": at_least(1)})
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -7,9 +7,9 @@ Used through ``run.task: gpt`` (configs/gpt.yaml), e.g.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
-from neural_arch.training.task import RangeRule
+from neural_arch.training.task import AppSections, RangeRule
 from neural_arch.training.typed_config import ConfigError, at_least
 
 
@@ -33,9 +33,10 @@ class GPTModelConfig:
 
 @dataclass
 class GPTDataConfig:
-    source: Optional[list[str]] = None
-    """Text to train on: a list of directories, globs or files (``[docs/]``, ``["src/**/*.md"]``);
-    null means this interpreter's standard-library ``.py`` sources (files that are not UTF-8 skipped)."""
+    source: Union[str, list[str], None] = None
+    """Text to train on: a directory, a glob or a file, or a list of them (``docs/``,
+    ``["src/**/*.md", notes.txt]``); null means this interpreter's standard-library ``.py``
+    sources (files that are not UTF-8 skipped)."""
     path: str = "data/gpt_corpus"
     """Directory the corpus is written to (train.bin, val.bin, manifest.json)."""
     val_fraction: float = 0.05
@@ -52,6 +53,11 @@ RANGES: dict[str, RangeRule] = {
 }
 
 
+def source_list(data: GPTDataConfig) -> Optional[list[str]]:
+    """``data.source`` as a list (one entry written without brackets is a list of one), or None."""
+    return [data.source] if isinstance(data.source, str) else data.source
+
+
 def validate_sections(cfg: Any) -> None:
     """Cross-field checks: head size, rotary's even head size, a usable source list."""
     model, data = cfg.model, cfg.data
@@ -61,8 +67,12 @@ def validate_sections(cfg: Any) -> None:
     if model.positional == "rotary" and (model.d_model // model.n_heads) % 2:
         raise ConfigError(f"model.positional='rotary' needs an even head size, got d_model/n_heads="
                           f"{model.d_model // model.n_heads}: change model.d_model or model.n_heads")
-    if data.source is not None and any(not s.strip() for s in data.source):
+    if data.source is not None and any(not s.strip() for s in source_list(data)):
         raise ConfigError(f"data.source={data.source!r} holds an empty entry: remove it, or set data.source=null "
                           "for the standard library's sources")
     if not data.path.strip():
         raise ConfigError("data.path='' is empty: set it to the corpus directory, e.g. data/gpt_corpus")
+
+
+SECTIONS = AppSections(model=GPTModelConfig, data=GPTDataConfig, ranges=RANGES, validate=validate_sections)
+"""What ``run.task: gpt`` adds to the config."""

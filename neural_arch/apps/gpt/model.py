@@ -42,7 +42,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, rotary: bool, context: int) -> None:
         super().__init__()
-        self.n_heads, self.dropout = n_heads, dropout
+        self.head_dim, self.dropout = d_model // n_heads, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
         self.resid_drop = nn.Dropout(dropout)
@@ -52,11 +52,16 @@ class CausalSelfAttention(nn.Module):
             # Not persistent: derived from the sizes, so checkpoints hold only learned weights.
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
+        else:  # empty, so that TorchScript sees the same attributes either way
+            self.register_buffer("cos", torch.zeros(0), persistent=False)
+            self.register_buffer("sin", torch.zeros(0), persistent=False)
 
     def _qkv(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys, values [B, H, T, D] of ``x``, whose first byte is at position ``start``."""
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
+        b, t = x.shape[0], x.shape[1]
+        # Heads counted from the projection's width (-1), so a tensor-parallel shard of the
+        # projection, holding some of the heads, runs this same code.
+        q, k, v = self.qkv(x).view(b, t, 3, -1, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         if self.rotary:
             cos, sin = self.cos[start : start + t], self.sin[start : start + t]
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
@@ -65,7 +70,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x, 0)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(x.shape)))
+        return self.resid_drop(self.proj(y.transpose(1, 2).flatten(2)))
 
     def cached(self, x: torch.Tensor, past: Optional[KV]) -> tuple[torch.Tensor, KV]:
         """Inference with a KV cache: the whole prompt (``past`` None) or one new byte."""
@@ -75,7 +80,7 @@ class CausalSelfAttention(nn.Module):
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         # One new query may see every cached key; the prompt needs the causal mask.
         y = F.scaled_dot_product_attention(q, k, v, is_causal=past is None)
-        return self.proj(y.transpose(1, 2).reshape(x.shape)), (k, v)
+        return self.proj(y.transpose(1, 2).flatten(2)), (k, v)
 
 
 class Block(nn.Module):

@@ -26,11 +26,13 @@ from torch import nn
 
 import neural_arch.distributed as nd
 from neural_arch.apps.gpt.baselines import byte_baselines
-from neural_arch.apps.gpt.config import RANGES, GPTDataConfig, GPTModelConfig, validate_sections
+from neural_arch.apps.gpt.config import SECTIONS, source_list
 from neural_arch.apps.gpt.corpus import Corpus, create_corpus, stale_reason
+from neural_arch.apps.gpt.inference import export_spec, generate_text
 from neural_arch.apps.gpt.model import GPT, count_parameters
+from neural_arch.export import ExportSpec
 from neural_arch.training.builders import PARAM_DTYPES
-from neural_arch.training.task import Task
+from neural_arch.training.task import GenerationSettings, Task
 from neural_arch.training.typed_config import ConfigError
 
 IGNORE = -100
@@ -55,13 +57,7 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 class GPTTask(Task):
     """Byte-level language modelling with a decoder-only transformer."""
 
-    ModelConfig = GPTModelConfig
-    DataConfig = GPTDataConfig
-    RANGES = RANGES
-
-    @classmethod
-    def validate_config(cls, cfg: Any) -> None:
-        validate_sections(cfg)
+    SECTIONS = SECTIONS
 
     @classmethod
     def data_missing(cls, cfg: Any) -> Optional[str]:
@@ -69,14 +65,23 @@ class GPTTask(Task):
         if not (path / "manifest.json").exists():
             return (f"data.path={cfg.data.path!r}: no corpus there; create it with `neural-arch create-data "
                     "--config FILE` or add --create-data to the train command")
-        stale = stale_reason(path, cfg.data.source, cfg.data.val_fraction)
+        stale = stale_reason(path, source_list(cfg.data), cfg.data.val_fraction)
         if stale:
             raise ConfigError(stale)  # never silently train on another corpus
         return None
 
     @classmethod
     def create_data(cls, cfg: Any) -> Path:
-        return create_corpus(Path(cfg.data.path), cfg.data.source, cfg.data.val_fraction, cfg.model.context)
+        return create_corpus(Path(cfg.data.path), source_list(cfg.data), cfg.data.val_fraction,
+                             cfg.model.context)
+
+    @classmethod
+    def build_export(cls, state: dict[str, Any]) -> ExportSpec:
+        return export_spec(state)
+
+    @classmethod
+    def generate(cls, state: dict[str, Any], prompt: bytes, settings: GenerationSettings) -> bytes:
+        return generate_text(state, prompt, settings)
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg

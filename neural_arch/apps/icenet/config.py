@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from neural_arch.training.task import RangeRule
+from neural_arch.training.task import AppSections, RangeRule
 from neural_arch.training.typed_config import ConfigError, at_least
 
 
@@ -53,3 +53,7 @@ def validate_data(cfg: Any) -> None:
                           "(created by `neural-arch create-data --config FILE`)")
     if data.val_years >= data.years:
         raise ConfigError(f"data.val_years={data.val_years} must be smaller than data.years={data.years}")
+
+
+SECTIONS = AppSections(model=IceNetModelConfig, data=IceNetDataConfig, ranges=RANGES, validate=validate_data)
+"""What ``run.task: icenet`` adds to the config."""

@@ -11,14 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
-
 from neural_arch.apps.icenet.model import IceNetUNet
-from neural_arch.export import normalization
+from neural_arch.export import ExportSpec, NormalizedForecaster, normalization
 
 
-def build_from_state(state: dict[str, Any]) -> tuple[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(model with weights, mean, std, example raw input) from a sea-ice training checkpoint."""
+def build_from_state(state: dict[str, Any]) -> ExportSpec:
+    """The U-Net with the checkpoint's weights inside its normalization, and a raw-scale example."""
     config = state.get("config", {})
     model_cfg, data_cfg = config.get("model", {}), config.get("data", {})
     mean, std = normalization(state)
@@ -28,4 +26,4 @@ def build_from_state(state: dict[str, Any]) -> tuple[nn.Module, torch.Tensor, to
     grid = int(data_cfg["grid"])
     noise = torch.randn(2, len(mean), grid, grid, generator=torch.Generator().manual_seed(0))
     example = noise * std[None, :, None, None] + mean[None, :, None, None]  # raw-scale input
-    return model, mean, std, example
+    return ExportSpec(NormalizedForecaster(model, mean, std), example.float())

@@ -25,7 +25,8 @@ import neural_arch.distributed as nd
 from neural_arch.apps.icenet.data import IceNetData, IceNetSpec, init_store, write_months
 from neural_arch.apps.icenet.model import IceNetUNet, ice_probability, masked_weighted_cross_entropy
 from neural_arch.apps.icenet import metrics as sm
-from neural_arch.apps.icenet.config import RANGES, IceNetDataConfig, IceNetModelConfig, validate_data
+from neural_arch.apps.icenet.config import SECTIONS
+from neural_arch.export import ExportSpec
 from neural_arch.training.task import Task
 
 FORECASTERS = ("model", "persistence", "climatology")
@@ -57,13 +58,7 @@ def normalization_path(data_path: Path) -> Path:
 class IceNetTask(Task):
     """Data, model, loss and metrics of the sea-ice forecaster."""
 
-    ModelConfig = IceNetModelConfig
-    DataConfig = IceNetDataConfig
-    RANGES = RANGES
-
-    @classmethod
-    def validate_config(cls, cfg: Any) -> None:
-        validate_data(cfg)
+    SECTIONS = SECTIONS
 
     @classmethod
     def data_missing(cls, cfg: Any) -> Optional[str]:
@@ -77,7 +72,7 @@ class IceNetTask(Task):
         return create_data(cfg)
 
     @classmethod
-    def build_export(cls, state: dict[str, Any]) -> tuple[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def build_export(cls, state: dict[str, Any]) -> ExportSpec:
         from neural_arch.apps.icenet.export import build_from_state
 
         return build_from_state(state)

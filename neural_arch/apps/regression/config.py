@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from neural_arch.training.task import RangeRule
+from neural_arch.training.task import AppSections, RangeRule
 from neural_arch.training.typed_config import ConfigError, at_least
 
 
@@ -57,3 +57,7 @@ def validate_data(cfg: Any) -> None:
     if data.name == "file" and not Path(data.path).exists():
         raise ConfigError(f"data.path={data.path!r} does not exist (relative paths start at "
                           f"{os.getcwd()}); fix the path or create the data file first")
+
+
+SECTIONS = AppSections(model=RegressionModelConfig, data=RegressionDataConfig, ranges=RANGES, validate=validate_data)
+"""What ``run.task: regression`` adds to the config."""

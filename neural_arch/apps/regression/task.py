@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from neural_arch.apps.regression.config import RANGES, RegressionDataConfig, RegressionModelConfig, validate_data
+from neural_arch.apps.regression.config import SECTIONS
 from neural_arch.apps.regression.data import build_datasets
 from neural_arch.apps.regression.model import MLP
 from neural_arch.training.builders import PARAM_DTYPES
@@ -21,13 +21,7 @@ from neural_arch.training.task import Task
 class RegressionTask(Task):
     """Mean squared error regression with an MLP; metrics: validation loss and MAE."""
 
-    ModelConfig = RegressionModelConfig
-    DataConfig = RegressionDataConfig
-    RANGES = RANGES
-
-    @classmethod
-    def validate_config(cls, cfg: Any) -> None:
-        validate_data(cfg)
+    SECTIONS = SECTIONS
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from neural_arch.apps.gpt.corpus import Corpus, create_corpus, resolve_sources
 from neural_arch.training.typed_config import ConfigError

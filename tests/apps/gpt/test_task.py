@@ -87,6 +87,7 @@ def test_two_processes_equal_one_in_float64(corpus, tmp_path):
     assert one["val/bytes"] == two["val/bytes"] == len(Corpus(corpus).val) - 1
 
 
+@pytest.mark.multiprocess
 def test_trained_tiny_model_has_finite_bpb_below_uniform_and_the_baselines(corpus, tmp_path):
     from neural_arch.training.trainer import train
 
@@ -102,3 +103,12 @@ def test_trained_tiny_model_has_finite_bpb_below_uniform_and_the_baselines(corpu
     report = (tmp_path / "run" / "report.md").read_text()
     assert f"**{final['val/bpb']:.4f}**" in report and report.count("~~~~") == 6
     assert all(f"{final[f'val/baseline/{name}_bpb']:.4f}" in report for name in ("unigram", "bigram", "gzip", "lzma"))
+
+
+def test_source_is_one_entry_or_a_list_and_both_name_the_same_corpus(corpus):
+    one = load_config(None, [*TINY, f"data.source={corpus.parent / 'src'}", f"data.path={corpus}"])
+    assert one.data.source == str(corpus.parent / "src")
+    assert GPTTask.data_missing(one) is None  # the manifest (written from a list) is not stale for it
+    assert load_config(None, ["run.task=gpt", "data.source=2024"]).data.source == "2024"  # a folder name
+    with pytest.raises(ConfigError, match=r"data.source: expected str or a non-empty list of str or null, got \{"):
+        load_config(None, ["run.task=gpt", "data.source={a: 1}"])

@@ -72,14 +72,14 @@ def test_wrong_export_is_caught_and_keeps_the_previous_file(tmp_path, monkeypatc
     model, x = small_model(), raw_input()
     out = tmp_path / "icenet.ts"
     out.write_bytes(b"previous good export")
-    real_script = export.script_forecaster
+    real_script = export.script_module
 
     def corrupted(*args):
         scripted = real_script(*args)
         scripted.mean = scripted.mean + 0.5  # only the scripted copy: eager still uses MEAN
         return scripted
 
-    monkeypatch.setattr(export, "script_forecaster", corrupted)
+    monkeypatch.setattr(export, "script_module", corrupted)
     with pytest.raises(ValueError, match=r"TorchScript output differs from eager by .* > atol"):
         export_torchscript(model, MEAN, STD, out, x)
     assert out.read_bytes() == b"previous good export"

@@ -249,6 +249,7 @@ def ranks_save_worker(rank, world_size, directory):
     return info, len(calls), loaded_step, error
 
 
+@pytest.mark.multiprocess
 def test_ranks_write_once_and_fail_together(tmp_path):
     results = run_ranks(ranks_save_worker, 2, args=(tmp_path,), timeout=60)
     (info0, calls0, step0, error0), (info1, calls1, step1, error1) = results
@@ -280,6 +281,7 @@ def sharded_worker(rank, world_size, directory, save):
     return state["w"].full_tensor().numpy(), state["w"].to_local().shape[0], state["b"].numpy(), state["step"]
 
 
+@pytest.mark.multiprocess
 def test_sharded_save_on_2_loads_on_1_and_3(tmp_path):
     target = tmp_path / "sharded"
     run_ranks(sharded_worker, 2, args=(target, True), timeout=60)

@@ -22,6 +22,8 @@ from neural_arch.distributed import (
 )
 from tests.helpers.multiproc import run_ranks
 
+pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a launcher/scheduler
+
 ATOL = 1e-10
 
 

@@ -217,6 +217,7 @@ def default_rank_worker(rank, world_size):
     return s.rank, s.num_replicas, list(s)
 
 
+@pytest.mark.multiprocess
 def test_rank_and_world_size_default_to_the_process_group():
     assert DistributedSampler(dataset_size=3, shuffle=False).num_replicas == 1  # no group: world size 1
     assert run_ranks(default_rank_worker, 2, timeout=60) == [(0, 2, [0, 2, 4]), (1, 2, [1, 3])]

@@ -15,6 +15,8 @@ import torch
 from neural_arch.distributed import global_mean_std, init_process_group
 from tests.helpers.multiproc import run_ranks
 
+pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a launcher/scheduler
+
 ROWS = {1: [9], 2: [0, 7], 3: [4, 0, 9]}  # rank 0 empty at 2 ranks, a middle rank at 3
 
 

@@ -17,6 +17,8 @@ import pytest
 from tests.helpers.clusters import local_slurm, slurm_missing_reason
 from tests.helpers.paths import REPO, SCRIPTS
 
+pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a launcher/scheduler
+
 PROBE = str(SCRIPTS / "launch_probe.py")
 
 

@@ -20,6 +20,8 @@ from neural_arch.distributed.launcher.args import split_argv
 from tests.helpers.multiproc import free_port
 from tests.helpers.paths import SCRIPTS
 
+pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a launcher/scheduler
+
 PROBE = str(SCRIPTS / "launch_probe.py")
 LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
 

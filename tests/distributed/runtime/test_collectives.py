@@ -17,6 +17,8 @@ from neural_arch.distributed import (
 )
 from tests.helpers.multiproc import RankFailed, run_ranks
 
+pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a launcher/scheduler
+
 OPS = {
     ReduceOp.SUM: lambda xs: np.sum(xs, axis=0),
     ReduceOp.AVERAGE: lambda xs: np.mean(xs, axis=0),

@@ -8,12 +8,15 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 
 import neural_arch.distributed as nd
 from neural_arch.distributed.runtime import heartbeat
 from tests.helpers.multiproc import run_ranks
+
+pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a launcher/scheduler
 
 
 def _first_beat(rank: int, world_size: int, pid_file: str) -> bool:

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import weakref
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +15,8 @@ import torch
 import neural_arch.distributed as nd
 from tests.helpers.multiproc import free_port, run_ranks
 from tests.helpers.paths import SCRIPTS
+
+pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a launcher/scheduler
 
 
 def test_world_size_one_needs_no_launcher():

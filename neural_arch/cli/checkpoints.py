@@ -1,0 +1,47 @@
+"""Reading a training checkpoint named on the command line (``export``, ``generate``).
+
+Use: ``state = read_checkpoint("runs/NAME")`` then ``task_of(state).generate(...)``. The path
+may be a run directory, its ``checkpoints/`` directory (the newest usable step is taken) or
+one ``step_*`` directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from neural_arch.training.task import Task
+
+
+def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint DIR`` (required), read by ``read_checkpoint``."""
+    parser.add_argument("--checkpoint", required=True,
+                        help="a run directory, its checkpoints/ directory or one step_* directory")
+
+
+def read_checkpoint(path: str) -> dict[str, Any]:
+    """The state of the newest usable checkpoint at ``path``; ValueError naming the path if none."""
+    from neural_arch.distributed.checkpoint import load_checkpoint  # torch: only once the arguments are fine
+
+    where = Path(path)
+    if (where / "checkpoints").is_dir():
+        where = where / "checkpoints"
+    if not where.exists():
+        raise ValueError(f"--checkpoint {path}: does not exist; pass a run directory, its checkpoints/ "
+                         "or one step_* directory in it")
+    found = load_checkpoint(where)
+    if found is None:
+        raise ValueError(f"--checkpoint {path}: no checkpoint there (no step_* directories); train first or fix the path")
+    return found[1]
+
+
+def task_of(state: dict[str, Any]) -> type[Task]:
+    """The task class that trained the checkpoint (its config's ``run.task``)."""
+    from neural_arch.training.registry import task_class
+
+    run = state.get("config", {}).get("run", {}) if isinstance(state, dict) else {}
+    if "task" not in run:
+        raise ValueError("the checkpoint's config names no run.task; it was not written by `neural-arch train`")
+    return task_class(run["task"])
