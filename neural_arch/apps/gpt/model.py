@@ -59,9 +59,12 @@ class CausalSelfAttention(nn.Module):
     def _qkv(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys, values [B, H, T, D] of ``x``, whose first byte is at position ``start``."""
         b, t = x.shape[0], x.shape[1]
-        # Heads counted from the projection's width (-1), so a tensor-parallel shard of the
-        # projection, holding some of the heads, runs this same code.
-        q, k, v = self.qkv(x).view(b, t, 3, -1, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        qkv = self.qkv(x)
+        # Heads counted from the projection's output width, so a tensor-parallel shard of the
+        # projection holding some of the heads runs this same code (not view(..., -1, ...):
+        # that is ambiguous for an empty batch, which a rank's last share can be).
+        heads = qkv.shape[-1] // (3 * self.head_dim)
+        q, k, v = qkv.view(b, t, 3, heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         if self.rotary:
             cos, sin = self.cos[start : start + t], self.sin[start : start + t]
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

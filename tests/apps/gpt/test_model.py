@@ -85,3 +85,9 @@ def test_kv_cache_matches_the_full_forward_and_greedy_decoding_byte_for_byte(pos
     assert generate(model, b"abcd", 30, temperature=0) == generate(model, b"abcd", 30, temperature=0, use_cache=False)
     sampled = [generate(model, b"ab", 8, top_k=4, generator=torch.Generator().manual_seed(5), use_cache=c) for c in (True, False)]
     assert sampled[0] == sampled[1]
+
+
+@pytest.mark.parametrize("positional", ["learned", "rotary"])
+def test_an_empty_batch_runs(positional):
+    # A rank's share of the last validation batch can be empty; the model must still run.
+    assert tiny(positional)(torch.zeros(0, 12, dtype=torch.long)).shape == (0, 12, 256)
