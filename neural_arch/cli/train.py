@@ -61,14 +61,18 @@ def _train_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> "Config":
-    """The validated config, for ``world_size`` ranks; its task's data must exist (or be asked for)."""
+    """The validated config, for ``world_size`` ranks; its task's data must exist, or be asked
+    for with inputs the task accepts."""
     from neural_arch.training.config import load_config
     from neural_arch.training.registry import task_class
 
     cfg = load_config(ns.config, ns.overrides, world_size=world_size)
-    missing = task_class(cfg.run.task).data_missing(cfg)
+    task = task_class(cfg.run.task)
+    missing = task.data_missing(cfg)
     if missing is not None and not ns.create_data:
         raise ConfigError(missing)
+    if missing is not None:
+        task.check_data_inputs(cfg)  # a bad data source is one line now, not a failure on every rank
     return cfg
 
 

@@ -13,8 +13,8 @@ in its batch.
 
 Class-level hooks (called before any rank trains, so they must not need a model):
 ``SECTIONS``, an ``AppSections`` record of the app's ``model:`` and ``data:`` config
-dataclasses and their value rules; ``data_missing`` and ``create_data`` (data that must
-exist before training); ``build_export`` (a checkpoint -> a TorchScript-ready model for
+dataclasses and their value rules; ``data_missing``, ``check_data_inputs`` and
+``create_data`` (data that must exist before training); ``build_export`` (a checkpoint -> a TorchScript-ready model for
 ``neural-arch export``); ``generate`` (a checkpoint + prompt -> text, ``neural-arch generate``).
 """
 
@@ -82,6 +82,11 @@ class Task:
     def data_missing(cls, cfg: Any) -> Optional[str]:
         """Why training cannot start yet (data not created), or None when it can."""
         return None
+
+    @classmethod
+    def check_data_inputs(cls, cfg: Any) -> None:
+        """Refuse (``ConfigError``, one line) what ``create_data`` would refuse, in one process
+        and without writing: run before a launcher starts ranks that would create the data."""
 
     @classmethod
     def create_data(cls, cfg: Any) -> Path:

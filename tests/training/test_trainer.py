@@ -1,9 +1,10 @@
 """The trainer: equivalence across world sizes, crash-exact and resize-exact resume, outputs.
 
-Run: ``.venv/bin/python -m pytest tests/test_trainer.py``
+Run: ``.venv/bin/python -m pytest tests/training/test_trainer.py``
 Runs are real: ``neural-arch train`` / the launcher start 1-3 gloo workers. float64 model
 and data (training.precision=fp64); tolerances: bitwise for crash-resume on the same world
-size, atol 1e-10 across world sizes (only summation order differs).
+size, atol 1e-10 across world sizes (only summation order differs). Crash and resize
+tests run for every app in ``APPS`` (the regression MLP and a tiny byte-level GPT).
 """
 
 import json
@@ -20,14 +21,33 @@ from neural_arch.distributed.checkpoint import load_checkpoint
 from neural_arch.training.config import load_config
 from neural_arch.training import step as step_module
 from neural_arch.training.trainer import train
+from tests.apps.gpt.helpers import CONTEXT, VAL_FRACTION, make_corpus
 
 FAULT = str(Path(__file__).resolve().parents[1] / "scripts" / "train_fault.py")
+COMMON = ["--set", "training.precision=fp64", "--set", "logging.progress=false", "--set", "logging.tensorboard=false",
+          "--set", "checkpoint.every_steps=4", "--set", "schedule.warmup_steps=3", "--set", "training.timeout=60"]
 # 101 training samples / global batch 12: every epoch ends with a 5-sample batch; 25
 # validation samples are not divisible by 3 ranks.
-BASE = ["--set", "training.precision=fp64", "--set", "data.num_samples=101", "--set", "data.val_samples=25",
-        "--set", "training.global_batch_size=12", "--set", "model.hidden=8", "--set", "logging.progress=false",
-        "--set", "logging.tensorboard=false", "--set", "checkpoint.every_steps=4", "--set", "schedule.warmup_steps=3",
-        "--set", "training.timeout=60"]
+BASE = [*COMMON, "--set", "data.num_samples=101", "--set", "data.val_samples=25", "--set", "training.global_batch_size=12",
+        "--set", "model.hidden=8"]
+APPS = ["regression", "gpt"]
+
+
+def gpt_args(corpus: Path) -> list[str]:
+    """A tiny GPT (d_model 16, 2 blocks, context 16), Adam; 27 windows per epoch in batches of 6,
+    so an epoch is 5 steps ending with 3 samples (2 + 1 on two ranks, 1 + 1 + 1 on three)."""
+    return [*COMMON, "--set", "run.task=gpt", "model.d_model=16", "model.n_layers=2", "model.n_heads=2",
+            "model.mlp_ratio=2", f"model.context={CONTEXT}", f"data.val_fraction={VAL_FRACTION}",
+            f"data.source={corpus.parent / 'src'}", f"data.path={corpus}", "data.samples_per_epoch=27",
+            "training.global_batch_size=6", "optim.name=adam", "optim.lr=0.003"]
+
+
+@pytest.fixture(scope="module", params=APPS)
+def app(request, tmp_path_factory) -> list[str]:
+    """The ``neural-arch train`` arguments of one app's tiny float64 run."""
+    if request.param == "regression":
+        return BASE
+    return gpt_args(make_corpus(tmp_path_factory.mktemp("gpt")))
 
 
 def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -62,10 +82,10 @@ def assert_params(a: dict, b: dict, atol: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference_2_ranks(tmp_path_factory):
+def reference_2_ranks(tmp_path_factory, app):
     """An uninterrupted 2-rank run of 20 steps (constant LR after warmup, sample ids recorded)."""
     run = tmp_path_factory.mktemp("ref") / "run"
-    proc = launch_fault("none", 0, 2, *BASE, "--set", f"run.dir={run}", "--set", "training.steps=20",
+    proc = launch_fault("none", 0, 2, *app, "--set", f"run.dir={run}", "--set", "training.steps=20",
                         "--set", "schedule.decay=constant", "--set", "logging.record_samples=true")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return run
@@ -89,13 +109,13 @@ def test_three_ranks_equal_one_rank_with_accumulation_and_uneven_batches(tmp_pat
 
 
 @pytest.mark.parametrize("mode, step", [
-    ("kill", 7),  # SIGKILL of rank 1 at step 7: mid-epoch (9 batches per epoch); the last checkpoint is step 4
+    ("kill", 7),  # SIGKILL of rank 1 at step 7: mid-epoch (9 or 5 batches per epoch); the last checkpoint is step 4
     ("ckpt", 8),  # SIGKILL half-way through writing the step-8 checkpoint
 ])
 @pytest.mark.multiprocess
-def test_killed_rank_resumes_bitwise(tmp_path, reference_2_ranks, mode, step):
+def test_killed_rank_resumes_bitwise(tmp_path, app, reference_2_ranks, mode, step):
     run = tmp_path / "run"
-    proc = launch_fault(mode, step, 2, *BASE, "--set", f"run.dir={run}", "--set", "training.steps=20",
+    proc = launch_fault(mode, step, 2, *app, "--set", f"run.dir={run}", "--set", "training.steps=20",
                         "--set", "schedule.decay=constant")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "resumed from step 4" in (run / "logs" / "rank_0.log").read_text()
@@ -114,9 +134,9 @@ def sample_ids(run: Path, first_step: int) -> dict[int, list[int]]:
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("new_world", [1, 3])
-def test_resume_on_another_world_size_is_exact(tmp_path, reference_2_ranks, new_world):
+def test_resume_on_another_world_size_is_exact(tmp_path, app, reference_2_ranks, new_world):
     run = tmp_path / "run"
-    common = [*BASE, "--set", f"run.dir={run}", "--set", "schedule.decay=constant", "--set", "logging.record_samples=true"]
+    common = [*app, "--set", f"run.dir={run}", "--set", "schedule.decay=constant", "--set", "logging.record_samples=true"]
     first = launch_fault("none", 0, 2, *common, "--set", "training.steps=10")
     assert first.returncode == 0, first.stderr
     (run / "logs" / "samples_rank_0.jsonl").rename(run / "logs" / "before_0.jsonl")

@@ -86,13 +86,17 @@ def _read_share(files: list[SourceFile], rank: int, world: int) -> dict[int, tup
     mine: dict[int, tuple[bytes, str]] = {}
     for i in range(rank, len(files), world):
         data = files[i].path.read_bytes()
-        try:
-            data.decode("utf-8")
-            ok = b"\0" not in data  # NUL bytes mean binary even when they decode
-        except UnicodeDecodeError:
-            ok = False
-        mine[i] = (data, hashlib.sha256(data).hexdigest()) if ok else (b"", "")
+        mine[i] = (data, hashlib.sha256(data).hexdigest()) if _is_text(data) else (b"", "")
     return mine
+
+
+def _is_text(data: bytes) -> bool:
+    """UTF-8 without NUL bytes (NUL bytes mean binary even when they decode)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\0" not in data
 
 
 def _check_sizes(kept: list[SourceFile], source: Any, val_fraction: float, context: int) -> dict[str, int]:
@@ -116,18 +120,38 @@ def expected_spec(source: Optional[list[str]], val_fraction: float) -> dict[str,
     return {"format": FORMAT, "source": source, "val_fraction": val_fraction}
 
 
-def create_corpus(path: Path, source: Optional[list[str]], val_fraction: float, context: int) -> Path:
-    """Create the corpus at ``path`` (collective: call on every rank); reuse a matching one,
-    refuse a stale one. Returns ``path``."""
-    rank, world = nd.get_rank(), nd.get_world_size()
+def _existing_corpus(path: Path, source: Optional[list[str]], val_fraction: float) -> bool:
+    """True if ``path`` holds the corpus asked for; refuses a stale one or a foreign directory."""
     if (path / "manifest.json").exists():
         stale = stale_reason(path, source, val_fraction)
         if stale:
             raise ConfigError(stale)
-        return path
+        return True
     if path.exists():  # commit_dir would replace it: never delete what a user put there
         raise ConfigError(f"data.path={str(path)!r} exists but holds no corpus (no manifest.json): "
                           "set data.path to a new directory, or delete that one")
+    return False
+
+
+def check_corpus_inputs(path: Path, source: Optional[list[str]], val_fraction: float, context: int) -> None:
+    """Every refusal ``create_corpus`` can make, made by one process before any rank starts
+    or writes (the default corpus's non-UTF-8 files, which creation skips, are counted here)."""
+    if _existing_corpus(path, source, val_fraction):
+        return
+    files = resolve_sources(source, val_fraction)
+    if source is not None:
+        bad = next((f for f in files if not _is_text(f.path.read_bytes())), None)
+        if bad is not None:
+            raise ConfigError(f"data.source file {bad.path} is not UTF-8 text (binary?): remove it from data.source")
+    _check_sizes(files, source if source is not None else "stdlib", val_fraction, context)
+
+
+def create_corpus(path: Path, source: Optional[list[str]], val_fraction: float, context: int) -> Path:
+    """Create the corpus at ``path`` (collective: call on every rank); reuse a matching one,
+    refuse a stale one. Returns ``path``."""
+    rank, world = nd.get_rank(), nd.get_world_size()
+    if _existing_corpus(path, source, val_fraction):
+        return path
     files = resolve_sources(source, val_fraction)
     mine = _read_share(files, rank, world)
     # Only the digests travel (the bytes stay with the rank that writes them).

@@ -27,7 +27,7 @@ from torch import nn
 import neural_arch.distributed as nd
 from neural_arch.apps.gpt.baselines import byte_baselines
 from neural_arch.apps.gpt.config import SECTIONS, source_list
-from neural_arch.apps.gpt.corpus import Corpus, create_corpus, stale_reason
+from neural_arch.apps.gpt.corpus import Corpus, check_corpus_inputs, create_corpus, stale_reason
 from neural_arch.apps.gpt.inference import export_spec, generate_text
 from neural_arch.apps.gpt.model import GPT, count_parameters
 from neural_arch.export import ExportSpec
@@ -69,6 +69,10 @@ class GPTTask(Task):
         if stale:
             raise ConfigError(stale)  # never silently train on another corpus
         return None
+
+    @classmethod
+    def check_data_inputs(cls, cfg: Any) -> None:
+        check_corpus_inputs(Path(cfg.data.path), source_list(cfg.data), cfg.data.val_fraction, cfg.model.context)
 
     @classmethod
     def create_data(cls, cfg: Any) -> Path:
