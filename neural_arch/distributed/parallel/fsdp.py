@@ -1,0 +1,62 @@
+"""Sharded data parallelism with torch's FSDP2: ``apply_fsdp(model, mesh, layout, blocks)``.
+
+Use: after tensor parallelism and activation checkpointing (in that order, as torchtitan
+does), ``apply_fsdp(model, build_mesh(layout), layout, model.blocks)``, then build the
+optimizer on ``model.parameters()`` (DTensors holding this rank's shard).
+
+Each block becomes one FSDP group (its parameters are all-gathered just before its
+forward and its gradients reduce-scattered right after its backward), then the root
+takes what is left (embeddings, final norm, head), which is ZeRO-3. With both
+``dp_replicate`` and ``dp_shard`` > 1 the mesh is 2-D and FSDP shards over ``dp_shard``
+and all-reduces over ``dp_replicate`` (HSDP); with only ``dp_replicate`` > 1 the shard dim
+has size 1, so every rank keeps whole parameters and gradients are all-reduced (DDP
+semantics through the same code). The reduction averages over all of them, which
+``data_parallel_loss`` accounts for.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from neural_arch.distributed.parallel.layout import DTYPES, ParallelLayout
+from neural_arch.distributed.parallel.mesh import DP_DIMS
+
+
+def needs_fsdp(layout: ParallelLayout) -> bool:
+    """FSDP is applied when ranks see different samples or a mixed-precision dtype is asked for."""
+    return layout.dp_size > 1 or layout.param_dtype is not None or layout.reduce_dtype is not None
+
+
+def fsdp_mesh(mesh: DeviceMesh, layout: ParallelLayout) -> DeviceMesh:
+    """1-D ``dp_shard`` mesh (FSDP), or the 2-D (dp_replicate, dp_shard) mesh (HSDP) when replicating."""
+    return mesh[DP_DIMS] if layout.dp_replicate > 1 else mesh["dp_shard"]
+
+
+def mixed_precision(layout: ParallelLayout) -> MixedPrecisionPolicy:
+    """FSDP's policy from the layout's dtype names (None keeps the parameters' own dtype)."""
+    return MixedPrecisionPolicy(param_dtype=_dtype(layout.param_dtype), reduce_dtype=_dtype(layout.reduce_dtype))
+
+
+def apply_fsdp(model: nn.Module, mesh: DeviceMesh, layout: ParallelLayout, blocks: Iterable[nn.Module],
+               reshard_after_forward: Optional[bool] = None) -> nn.Module:
+    """Shard every block, then the root, over the layout's data-parallel ranks; returns ``model``.
+
+    ``reshard_after_forward`` (default: the layout's) frees gathered block parameters after
+    forward; the root is never resharded after forward, since backward starts with it.
+    """
+    reshard = layout.reshard_after_forward if reshard_after_forward is None else reshard_after_forward
+    dp = fsdp_mesh(mesh, layout)
+    policy = mixed_precision(layout)
+    for block in blocks:
+        fully_shard(block, mesh=dp, reshard_after_forward=reshard, mp_policy=policy)
+    fully_shard(model, mesh=dp, reshard_after_forward=False, mp_policy=policy)
+    return model
+
+
+def _dtype(name: Optional[str]) -> Optional[torch.dtype]:
+    return None if name is None else DTYPES[name]

@@ -1,0 +1,140 @@
+"""How one model is spread over the world: ``ParallelLayout`` and its one-line checks.
+
+Use: ``layout = ParallelLayout(dp_shard=2, tp=2); validate(layout, world_size=4)``; then
+``build_mesh(layout)`` (mesh.py) and the ``apply_*`` functions.
+
+The four sizes multiply to the world size. ``dp_replicate`` x ``dp_shard`` ranks see
+different samples (``dp_size``); the ``tp`` ranks of one tensor-parallel group and the
+``pp`` ranks of one pipeline see the *same* samples, so they never count in the loss
+weight (see ``data_parallel_loss``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+import torch
+
+PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"]
+PP_SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+MULTI_STAGE_SCHEDULES: tuple[str, ...] = ("interleaved_1f1b", "zero_bubble")
+"""Schedules that put ``VIRTUAL_STAGES`` stages on each pipeline rank (looped: rank r holds r, r+pp)."""
+VIRTUAL_STAGES = 2
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32, "fp64": torch.float64, "bf16": torch.bfloat16, "fp16": torch.float16,
+}
+"""Names accepted for ``param_dtype`` / ``reduce_dtype``."""
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """Sizes of each kind of parallelism plus the pipeline and memory settings."""
+
+    dp_replicate: int = 1
+    """Data-parallel groups holding full replicas of the (dp_shard-sharded) model; HSDP when dp_shard > 1 too."""
+    dp_shard: int = 1
+    """Ranks that shard parameters, gradients and optimizer state (FSDP2, ZeRO-3) and see different samples."""
+    tp: int = 1
+    """Tensor-parallel ranks: each holds a slice of every sharded matrix (heads, MLP columns)."""
+    pp: int = 1
+    """Pipeline ranks: each runs a contiguous range of blocks."""
+    pp_schedule: PipelineSchedule = "1f1b"
+    """Order of micro-batch forwards/backwards; interleaved_1f1b and zero_bubble run 2 stages per rank."""
+    microbatches: int = 1
+    """Micro-batches each pipeline step splits this data-parallel rank's share into."""
+    activation_checkpointing: int = 0
+    """0: none; 1: every block recomputes its activations in backward; k: blocks 0, k, 2k, ..."""
+    param_dtype: Optional[str] = None
+    """FSDP compute dtype of parameters (fp32/fp64/bf16/fp16); None keeps the model's."""
+    reduce_dtype: Optional[str] = None
+    """FSDP dtype of the gradient reduction; None: the parameters' dtype."""
+    reshard_after_forward: bool = True
+    """FSDP frees the gathered parameters after each forward (ZeRO-3); False keeps them to backward."""
+
+    @property
+    def dp_size(self) -> int:
+        """Ranks that see different samples: dp_replicate * dp_shard."""
+        return self.dp_replicate * self.dp_shard
+
+    @property
+    def world_size(self) -> int:
+        return self.dp_replicate * self.dp_shard * self.tp * self.pp
+
+    @property
+    def stages_per_rank(self) -> int:
+        """Pipeline stages each pipeline rank runs (1, or VIRTUAL_STAGES for interleaved schedules)."""
+        return VIRTUAL_STAGES if self.pp > 1 and self.pp_schedule in MULTI_STAGE_SCHEDULES else 1
+
+    @property
+    def num_stages(self) -> int:
+        return self.pp * self.stages_per_rank
+
+
+def validate(layout: ParallelLayout, world_size: int) -> ParallelLayout:
+    """Return ``layout`` if it can run on ``world_size`` ranks; else raise a one-line ``ValueError``."""
+    sizes = ("dp_replicate", "dp_shard", "tp", "pp", "microbatches")
+    for key in sizes:
+        _check_positive(key, getattr(layout, key))
+    _check_choice("pp_schedule", layout.pp_schedule, PP_SCHEDULES)
+    _check_count("activation_checkpointing", layout.activation_checkpointing, 0)
+    for key in ("param_dtype", "reduce_dtype"):
+        value = getattr(layout, key)
+        if value is not None:
+            _check_choice(key, value, tuple(DTYPES))
+    if layout.world_size != world_size:
+        raise ValueError(
+            f"parallel: dp_replicate*dp_shard*tp*pp = {layout.dp_replicate}*{layout.dp_shard}*{layout.tp}*{layout.pp}"
+            f" = {layout.world_size} but the world has {world_size} processes; make the product {world_size}")
+    if layout.pp > 1 and layout.microbatches < layout.pp:
+        raise ValueError(f"parallel.microbatches={layout.microbatches} is less than pp={layout.pp}; a pipeline "
+                         f"needs at least one micro-batch per stage rank: set microbatches >= {layout.pp}")
+    if layout.pp > 1 and layout.pp_schedule in MULTI_STAGE_SCHEDULES and layout.microbatches % layout.pp:
+        raise ValueError(f"parallel.microbatches={layout.microbatches} with pp_schedule={layout.pp_schedule!r} "
+                         f"must be a multiple of pp={layout.pp}; e.g. microbatches={_round_up(layout.microbatches, layout.pp)}")
+    if layout.pp == 1 and layout.microbatches != 1:
+        raise ValueError(f"parallel.microbatches={layout.microbatches} splits a pipeline step but pp=1; set "
+                         "microbatches=1 (use gradient accumulation to split a batch without a pipeline)")
+    return layout
+
+
+def validate_model(layout: ParallelLayout, n_blocks: int, n_heads: Optional[int] = None) -> None:
+    """One-line ``ValueError`` when the model's block or head count cannot be split as asked."""
+    if layout.num_stages > n_blocks:
+        what = f"pp={layout.pp}" + (f" x {layout.stages_per_rank} stages per rank ({layout.pp_schedule})"
+                                    if layout.stages_per_rank > 1 else "")
+        raise ValueError(f"parallel: {what} = {layout.num_stages} pipeline stages but the model has {n_blocks} "
+                         "blocks; use at most one stage per block")
+    if n_heads is not None and n_heads % layout.tp:
+        raise ValueError(f"parallel.tp={layout.tp} does not divide the model's {n_heads} attention heads; "
+                         f"choose tp among {[d for d in range(1, n_heads + 1) if n_heads % d == 0]}")
+
+
+def layout_from_dict(values: dict[str, Any]) -> ParallelLayout:
+    """A layout from plain keys (e.g. a config section); unknown keys are a one-line error."""
+    known = {f.name for f in dataclasses.fields(ParallelLayout)}
+    for key in values:
+        if key not in known:
+            raise ValueError(f"parallel: unknown key {key!r}; expected one of {sorted(known)}")
+    return ParallelLayout(**values)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _check_count(key: str, value: Any, minimum: int) -> None:
+    # bool is an int subclass, and True would silently mean 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"parallel.{key}={value!r} must be an integer >= {minimum}")
+
+
+def _check_positive(key: str, value: Any) -> None:
+    _check_count(key, value, 1)
+
+
+def _check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"parallel.{key}={value!r} is not one of {', '.join(choices)}")

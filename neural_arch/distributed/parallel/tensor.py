@@ -1,0 +1,93 @@
+"""Tensor parallelism with DTensor: ``apply_tensor_parallel(model, mesh, plan)``.
+
+Use: an app writes a ``TensorPlan`` next to its model (which submodule is column- or
+row-wise sharded, e.g. ``apps/gpt/parallelize.py``); the trainer calls
+``apply_tensor_parallel(model, build_mesh(layout), plan)`` before FSDP and the optimizer.
+
+Column-wise then row-wise (Megatron's pairing) needs one all-reduce per pair in forward
+and one in backward; everything between runs on this rank's slice (its heads, its MLP
+columns) as plain tensors. ``FusedColwiseParallel`` shards a fused projection such as
+attention's [q; k; v] by parts, so each rank holds the same heads of q, k and v.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, distribute_module, distribute_tensor
+from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
+from torch.distributed.tensor.placement_types import _StridedShard
+
+
+@dataclass
+class TensorPlan:
+    """What an app's tensor-parallel plan holds."""
+
+    styles: dict[str, ParallelStyle]
+    """Submodule name (``parallelize_module`` patterns, e.g. ``blocks.*.mlp.0``) -> its style."""
+    tied: tuple[tuple[str, str], ...] = ()
+    """Pairs of parameter names that are one tensor (weight tying); checked to stay one after the plan."""
+
+
+class FusedColwiseParallel(ParallelStyle):
+    """Column-wise sharding of an ``nn.Linear`` whose output is ``parts`` equal blocks side by side.
+
+    Plain ``ColwiseParallel`` cuts the output dim into contiguous slices, so for a fused
+    [q; k; v] projection on 2 ranks rank 0 would hold all of q and half of k. Here each
+    part is cut separately and rank r holds [q_r; k_r; v_r]: in DTensor terms the weight
+    is ``_StridedShard(0, split_factor=parts)`` (split into parts first, then each part
+    over the ranks), so ``full_tensor()`` and checkpoints see the unchanged [q; k; v]
+    matrix while the local output, [q_r, k_r, v_r] on the last dim, is what the model's
+    own ``view(..., parts, -1, head_dim)`` expects of a projection holding fewer heads.
+    """
+
+    def __init__(self, parts: int) -> None:
+        super().__init__()
+        if parts < 1:
+            raise ValueError(f"FusedColwiseParallel: parts={parts} must be >= 1")
+        self.parts = parts
+
+    def _partition(self, name: str, module: nn.Module, mesh: DeviceMesh) -> None:
+        for pname, param in list(module.named_parameters(recurse=False)):
+            if param.shape[0] % (self.parts * mesh.size()):
+                raise ValueError(f"FusedColwiseParallel: {name}.{pname} has {param.shape[0]} output rows, not "
+                                 f"{self.parts} parts divisible by {mesh.size()} tensor-parallel ranks")
+            placement = _StridedShard(0, split_factor=self.parts)
+            module.register_parameter(pname, nn.Parameter(distribute_tensor(param, mesh, [placement]),
+                                                          requires_grad=param.requires_grad))
+
+    @staticmethod
+    def _input(mod: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh) -> DTensor:
+        x = inputs[0]
+        # Every tensor-parallel rank holds the whole input; its backward all-reduces the
+        # input's gradient (each rank's heads contribute a part of it).
+        return x if isinstance(x, DTensor) else DTensor.from_local(x, mesh, (Replicate(),), run_check=False)
+
+    def _output(self, mod: nn.Module, out: DTensor, mesh: DeviceMesh) -> Any:
+        placement = out.placements[0]
+        # An internal check: a torch whose sharding propagation gave another layout here
+        # would silently mix heads; fail instead.
+        assert isinstance(placement, _StridedShard) and placement.dim == out.ndim - 1 \
+            and placement.split_factor == self.parts, f"unexpected fused projection output layout {out.placements}"
+        return out.to_local()
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        if not isinstance(module, nn.Linear):
+            raise ValueError(f"FusedColwiseParallel shards nn.Linear only, got {type(module).__name__}")
+        return distribute_module(module, device_mesh, self._partition, self._input,
+                                 lambda mod, out, mesh: self._output(mod, out, mesh))
+
+
+def apply_tensor_parallel(model: nn.Module, mesh: DeviceMesh, plan: TensorPlan) -> nn.Module:
+    """Shard ``model``'s submodules over the mesh's ``tp`` dim as ``plan`` says; returns ``model``."""
+    tp = mesh["tp"] if mesh.mesh_dim_names and "tp" in mesh.mesh_dim_names else mesh
+    parallelize_module(model, tp, plan.styles)
+    params = dict(model.named_parameters(remove_duplicate=False))
+    for first, second in plan.tied:
+        if params.get(first) is None or params.get(first) is not params.get(second):
+            raise ValueError(f"tensor plan: {first} and {second} must stay one tensor (weight tying) but the plan "
+                             "made them two; shard both alike or neither")
+    return model
