@@ -22,13 +22,12 @@ from neural_arch.distributed.parallel.fsdp import apply_fsdp, fsdp_mesh, mixed_p
 from neural_arch.distributed.parallel.layout import (
     DTYPES, PP_SCHEDULES, ParallelLayout, layout_from_dict, validate, validate_model,
 )
-from neural_arch.distributed.parallel.mesh import (
-    MESH_DIMS, build_mesh, data_parallel_loss, dp_mesh, dp_rank, dp_size, is_dp_leader,
-)
+from neural_arch.distributed.parallel.mesh import MESH_DIMS, build_mesh, dp_mesh, dp_rank, dp_size, is_dp_leader
 from neural_arch.distributed.parallel.pipeline import SCHEDULES, build_pipeline, even_split, local_stages
 from neural_arch.distributed.parallel.plan import ParallelPlan, StageBuilder, apply_layout, check_plan, parallelize_model
 from neural_arch.distributed.parallel.step import PipelineRunner, SampleLoss, TiedParameters
 from neural_arch.distributed.parallel.tensor import FusedColwiseParallel, TensorPlan, apply_tensor_parallel
+from neural_arch.distributed.parallel.weighting import data_parallel_loss, pad_rows
 
 __all__ = [
     "DTYPES", "MESH_DIMS", "PP_SCHEDULES", "SCHEDULES",
@@ -37,5 +36,5 @@ __all__ = [
     "apply_activation_checkpointing", "apply_fsdp", "apply_layout", "apply_tensor_parallel", "build_mesh",
     "build_pipeline", "check_plan", "data_parallel_loss", "dp_mesh", "dp_rank", "dp_size", "even_split",
     "fsdp_mesh", "is_dp_leader", "layout_from_dict", "local_stages", "mixed_precision", "needs_fsdp",
-    "parallelize_model", "validate", "validate_model",
+    "pad_rows", "parallelize_model", "validate", "validate_model",
 ]

@@ -11,7 +11,8 @@ takes what is left (embeddings, final norm, head), which is ZeRO-3. With both
 and all-reduces over ``dp_replicate`` (HSDP); with only ``dp_replicate`` > 1 the shard dim
 has size 1, so every rank keeps whole parameters and gradients are all-reduced (DDP
 semantics through the same code). The reduction averages over all of them, which
-``data_parallel_loss`` accounts for.
+``data_parallel_loss`` accounts for. A weight split by ``FusedColwiseParallel`` is sharded
+along dim 1 (``shard_dim``); its size there must divide by ``dp_shard``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor.placement_types import _StridedShard
 
 from neural_arch.distributed.parallel.layout import DTYPES, ParallelLayout
 from neural_arch.distributed.parallel.mesh import DP_DIMS
@@ -53,9 +56,25 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, layout: ParallelLayout, block
     dp = fsdp_mesh(mesh, layout)
     policy = mixed_precision(layout)
     for block in blocks:
-        fully_shard(block, mesh=dp, reshard_after_forward=reshard, mp_policy=policy)
-    fully_shard(model, mesh=dp, reshard_after_forward=False, mp_policy=policy)
+        fully_shard(block, mesh=dp, reshard_after_forward=reshard, mp_policy=policy, shard_placement_fn=shard_dim)
+    fully_shard(model, mesh=dp, reshard_after_forward=False, mp_policy=policy, shard_placement_fn=shard_dim)
     return model
+
+
+def shard_dim(param: nn.Parameter) -> Optional[Shard]:
+    """Dim 1 for a weight that tensor parallelism split into strided parts on dim 0, else FSDP's default.
+
+    FSDP shards a rank's local tensor into contiguous rows of dim 0. For a fused [q; k; v]
+    weight whose local tensor is [q_r; k_r; v_r] (``FusedColwiseParallel``) those rows
+    would cross part boundaries, a layout no DTensor placement describes, so ``full_tensor()``
+    and checkpoints would scramble it. Sharding dim 1 keeps the two splits independent.
+    """
+    if isinstance(param, DTensor) and any(isinstance(p, _StridedShard) and p.dim == 0 for p in param.placements):
+        if param.ndim < 2:
+            raise ValueError(f"FSDP cannot shard a 1-D parameter of shape {tuple(param.shape)} that tensor "
+                             "parallelism split into strided parts; keep it replicated over tp")
+        return Shard(1)
+    return None
 
 
 def _dtype(name: Optional[str]) -> Optional[torch.dtype]:

@@ -4,7 +4,7 @@ Use (inside an initialised process group)::
 
     mesh = build_mesh(layout)                      # dims ("pp", "dp_replicate", "dp_shard", "tp")
     sampler = DistributedSampler(n, num_replicas=dp_size(mesh), rank=dp_rank(mesh), batch_size=B)
-    loss = data_parallel_loss(per_sample_losses, batch.global_size, dp_size(mesh))
+    loss = data_parallel_loss(per_sample_losses, batch.global_size, dp_size(mesh))   # weighting.py
 
 The mesh always has all four named dims, size-1 ones included, so code can ask for
 ``mesh["tp"]`` whatever the layout (a size-1 dim costs one trivial group). The order puts
@@ -14,9 +14,6 @@ outermost, as torchtitan does. Rank r's coordinates are r's digits in that order
 
 from __future__ import annotations
 
-from typing import Union
-
-import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from neural_arch.distributed.parallel.layout import ParallelLayout, validate
@@ -51,18 +48,3 @@ def dp_rank(mesh: DeviceMesh) -> int:
 def is_dp_leader(mesh: DeviceMesh) -> bool:
     """True on one rank per data-parallel group (tp and pp coordinate 0): count its metrics once."""
     return mesh["tp"].get_local_rank() == 0 and mesh["pp"].get_local_rank() == 0
-
-
-def data_parallel_loss(losses: torch.Tensor, global_count: Union[int, float], dp_ranks: int) -> torch.Tensor:
-    """``losses.sum() * dp_ranks / global_count``: this rank's loss for exact gradients on any layout.
-
-    The data-parallel gradient reduction (DDP all-reduce, FSDP reduce-scatter, HSDP both)
-    averages over the ``dp_ranks`` ranks that see different samples, so the result is the
-    gradient of ``sum over the global batch / global_count`` however the samples are split
-    (a rank with none passes an empty ``losses`` and contributes exactly zero). Tensor and
-    pipeline peers compute the same samples' loss and must not be counted in ``dp_ranks``.
-    """
-    if not global_count > 0:
-        raise ValueError(f"data_parallel_loss: global_count={global_count!r} must be > 0 (samples in the "
-                         "global batch over all data-parallel ranks)")
-    return losses.sum() * (dp_ranks / global_count)

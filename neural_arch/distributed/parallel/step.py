@@ -32,6 +32,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils._pytree import tree_map
 
 from neural_arch.distributed.parallel.layout import ParallelLayout
+from neural_arch.distributed.parallel.weighting import pad_rows
 
 SampleLoss = Callable[[torch.Tensor, Any], torch.Tensor]
 """(last stage's output for a micro-batch, that micro-batch's targets) -> per-sample losses [rows]."""
@@ -118,14 +119,12 @@ class PipelineRunner:
         return float(total.item())
 
     def _pad(self, t: torch.Tensor) -> torch.Tensor:
-        pad = t.new_zeros((self.capacity - t.shape[0], *t.shape[1:]))
-        return torch.cat([t, pad]) if pad.shape[0] else t
+        return pad_rows(t, self.capacity)
 
     def _microbatch_loss(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         targets = tree_map(lambda t: t[rows], self._batch["targets"])
         losses = self._sample_loss(output, targets)
-        # where, not multiply: a padding row's gradient is then exactly zero even if its loss is not finite
-        losses = torch.where(rows < self._batch["n"], losses, torch.zeros_like(losses))
+        losses = torch.where(rows < self._batch["n"], losses, torch.zeros_like(losses))  # padding rows: exact 0
         # Keyed by the micro-batch's first row: torch calls the loss once more on the first step,
         # on placeholder outputs, to infer gradient shapes; the real call then replaces that value.
         self._sums[int(rows[0])] = losses.detach().sum()

@@ -42,6 +42,11 @@ class FusedColwiseParallel(ParallelStyle):
     over the ranks), so ``full_tensor()`` and checkpoints see the unchanged [q; k; v]
     matrix while the local output, [q_r, k_r, v_r] on the last dim, is what the model's
     own ``view(..., parts, -1, head_dim)`` expects of a projection holding fewer heads.
+
+    The bias stays whole on every rank (DTensor slices it locally to match the output).
+    This keeps FSDP composable: FSDP cuts a rank's local tensor into contiguous rows, which
+    for [q_r; k_r; v_r] no DTensor placement can describe, so ``apply_fsdp`` shards such a
+    strided weight along its input dim instead (see fsdp.py), and a 1-D bias has no such dim.
     """
 
     def __init__(self, parts: int) -> None:
@@ -51,12 +56,13 @@ class FusedColwiseParallel(ParallelStyle):
         self.parts = parts
 
     def _partition(self, name: str, module: nn.Module, mesh: DeviceMesh) -> None:
+        rows = module.weight.shape[0]
+        if rows % (self.parts * mesh.size()):
+            raise ValueError(f"FusedColwiseParallel: {name} has {rows} output rows, not {self.parts} parts "
+                             f"divisible by {mesh.size()} tensor-parallel ranks")
+        placements = {"weight": [_StridedShard(0, split_factor=self.parts)], "bias": [Replicate()]}
         for pname, param in list(module.named_parameters(recurse=False)):
-            if param.shape[0] % (self.parts * mesh.size()):
-                raise ValueError(f"FusedColwiseParallel: {name}.{pname} has {param.shape[0]} output rows, not "
-                                 f"{self.parts} parts divisible by {mesh.size()} tensor-parallel ranks")
-            placement = _StridedShard(0, split_factor=self.parts)
-            module.register_parameter(pname, nn.Parameter(distribute_tensor(param, mesh, [placement]),
+            module.register_parameter(pname, nn.Parameter(distribute_tensor(param, mesh, placements[pname]),
                                                           requires_grad=param.requires_grad))
 
     @staticmethod

@@ -21,7 +21,7 @@ from neural_arch.apps.gpt.parallelize import parallel_plan
 from neural_arch.distributed import DistributedSampler, init_process_group
 from neural_arch.distributed.parallel import (
     ParallelLayout, apply_activation_checkpointing, build_mesh, build_pipeline, data_parallel_loss, dp_rank, dp_size,
-    is_dp_leader, parallelize_model,
+    is_dp_leader, pad_rows, parallelize_model,
 )
 from torch.distributed.tensor import DTensor
 
@@ -108,10 +108,10 @@ def layout_worker(rank: int, world: int, setup: Setup, layout: ParallelLayout) -
         opt.zero_grad()
         if layout.pp > 1:
             local = pipe.step(x, y, ids.global_size)
-        else:
-            per_sample = sample_loss(model(x), y)
-            data_parallel_loss(per_sample, ids.global_size, dp_size(mesh)).backward()
-            local = per_sample.detach().sum().item()
+        else:  # an empty share runs one zero-weight padding row (DTensor cannot run on zero rows)
+            per_sample = sample_loss(model(pad_rows(x, 1)), pad_rows(y, 1))
+            data_parallel_loss(per_sample, ids.global_size, dp_size(mesh), valid=len(ids)).backward()
+            local = per_sample.detach()[: len(ids)].sum().item()
         opt.step()
         losses.append(_global_loss(local if is_dp_leader(mesh) else 0.0, ids.global_size))
     # numpy, not tensors: torch would pass tensors through shared memory that dies with this process
