@@ -8,9 +8,8 @@ Exactness:
 - Micro-batches have a fixed number of rows, because torch infers the tensors sent
   between stages from the first one. A share is padded with zero rows up to
   ``microbatches * microbatch_size`` (an uneven or empty share included); the loss of a
-  padding row is replaced by an exact zero with ``torch.where``, so padding changes no
-  gradient. The model must treat rows independently (no batch norm) and give finite
-  outputs for all-zero inputs.
+  padding row is replaced by an exact zero, so padding changes no gradient. The model
+  must treat rows independently (no batch norm) and give finite values on all-zero rows.
 - Each micro-batch's loss is ``sum of its per-sample losses * dp_size / global_count``
   and the schedules sum micro-batch gradients (``scale_grads=False``), so with the
   data-parallel average the gradient is that of the global batch's mean, as in one process.

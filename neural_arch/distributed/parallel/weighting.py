@@ -10,7 +10,9 @@ Why the padding: DTensor (tensor parallelism) cannot propagate shardings through
 of zero rows in torch 2.13 (``Sharding propagation failed for aten.view.default(Spec(f64[0,
 8, 48]...``), yet a rank with an empty share must still run forward and backward so its
 peers' collectives are matched. A padding row runs like any other and its loss is
-replaced by an exact zero, so it changes no gradient.
+replaced by an exact zero, so it changes no gradient -- provided the model gives finite
+values on an all-zero row (the zero gradient flowing back through an infinite partial
+derivative would be NaN); the GPT's all-zero row is a run of byte 0.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ def data_parallel_loss(losses: torch.Tensor, global_count: Union[int, float], dp
     averages over the ``dp_ranks`` ranks that see different samples, so the result is the
     gradient of ``sum over the global batch / global_count`` however the samples are split,
     an empty share included. Tensor and pipeline peers compute the same samples' loss and
-    must not be counted in ``dp_ranks``. Rows from ``valid`` on are padding: their losses
-    become exact zeros (``torch.where``, so even a non-finite padding loss has zero gradient).
+    must not be counted in ``dp_ranks``. Rows from ``valid`` on are padding (see ``pad_rows``):
+    their losses become exact zeros.
     """
     if not global_count > 0:
         raise ValueError(f"data_parallel_loss: global_count={global_count!r} must be > 0 (samples in the "

@@ -9,6 +9,7 @@ rank's share is empty).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -16,14 +17,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import ColwiseParallel
+
 from neural_arch.apps.gpt.model import VOCAB, GPT
-from neural_arch.apps.gpt.parallelize import parallel_plan
+from neural_arch.apps.gpt.parallelize import parallel_plan, tensor_plan
 from neural_arch.distributed import DistributedSampler, init_process_group
 from neural_arch.distributed.parallel import (
     ParallelLayout, apply_activation_checkpointing, build_mesh, build_pipeline, data_parallel_loss, dp_rank, dp_size,
     is_dp_leader, pad_rows, parallelize_model,
 )
-from torch.distributed.tensor import DTensor
 
 
 @dataclass(frozen=True)
@@ -87,12 +90,16 @@ def reference_run(setup: Setup, checkpointing: int = 0) -> dict[str, Any]:
     return {"losses": losses, "params": full_params([model])}
 
 
-def layout_worker(rank: int, world: int, setup: Setup, layout: ParallelLayout) -> dict[str, Any]:
-    """Train ``layout`` on this rank; returns its per-step global losses and full parameters."""
+def layout_worker(rank: int, world: int, setup: Setup, layout: ParallelLayout, plain_qkv: bool = False) -> dict[str, Any]:
+    """Train ``layout`` on this rank; returns its per-step global losses, full parameters and
+    how many numbers of each it holds itself. ``plain_qkv``: the naive column split of the
+    fused q/k/v projection (a wrong plan, to show the comparison catches it)."""
     init_process_group(backend="gloo")
     torch.use_deterministic_algorithms(True)
     mesh = build_mesh(layout)
     model, plan = build_model(setup), parallel_plan()
+    if plain_qkv:
+        plan = dataclasses.replace(plan, tensor_plan=_plain_qkv_plan)
     windows, shares = data(setup), batches(setup, dp_size(mesh), dp_rank(mesh))
     if layout.pp > 1:
         capacity = math.ceil(math.ceil(setup.batch / layout.dp_size) / layout.microbatches)
@@ -114,8 +121,16 @@ def layout_worker(rank: int, world: int, setup: Setup, layout: ParallelLayout) -
             local = per_sample.detach()[: len(ids)].sum().item()
         opt.step()
         losses.append(_global_loss(local if is_dp_leader(mesh) else 0.0, ids.global_size))
+    held = {name: (p.to_local() if isinstance(p, DTensor) else p).numel()
+            for m in modules for name, p in m.named_parameters(remove_duplicate=False)}
     # numpy, not tensors: torch would pass tensors through shared memory that dies with this process
-    return {"losses": losses, "params": {k: v.numpy() for k, v in full_params(modules).items()}}
+    return {"losses": losses, "params": {k: v.numpy() for k, v in full_params(modules).items()}, "held": held}
+
+
+def _plain_qkv_plan(module: torch.nn.Module) -> Any:
+    plan = tensor_plan(module)
+    plan.styles["blocks.*.attn.qkv"] = ColwiseParallel()
+    return plan
 
 
 def _global_loss(local_sum: float, count: int) -> float:
