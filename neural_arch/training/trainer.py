@@ -44,6 +44,8 @@ class LoopRecord:
     loss: float = float("nan")
     """The exact global mean training loss of the last metrics row."""
     last_saved: Optional[int] = None
+    validated: Optional[tuple[int, dict[str, float]]] = None
+    """(step, metrics) of the last validation pass, so the end of the run does not repeat it."""
 
 
 def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callable[[int], None]] = None,
@@ -122,6 +124,7 @@ def _one_step(parts: TrainingComponents, batch: nd.IndexBatch, record: LoopRecor
     row: dict[str, float] = {}
     if cfg.training.val_every and parts.step % cfg.training.val_every == 0:
         row.update(evaluate(parts))
+        record.validated = (parts.step, dict(row))
     if parts.step % cfg.logging.every_steps == 0 or row or parts.step == cfg.training.steps:
         # One small all-reduce per log row: the exact mean loss over the interval.
         total = nd.all_reduce(record.since_log, check=False)
@@ -144,13 +147,14 @@ def _save(parts: TrainingComponents, run_dir: Path, metric: Optional[float]) -> 
 def _finish(parts: TrainingComponents, record: LoopRecord, report: RunReporter, run_dir: Path) -> dict[str, float]:
     """Final validation and checkpoint (every rank), then the run's outputs (rank 0)."""
     train_seconds = time.perf_counter() - record.started
-    final = evaluate(parts)
+    already = record.validated is not None and record.validated[0] == parts.step
+    final = record.validated[1] if already else evaluate(parts)  # type: ignore[index]
     if record.last_saved != parts.step:
         _save(parts, run_dir, final.get("val/loss"))
     times = record.step_times
     mean_max = torch.tensor([sum(times) / max(len(times), 1), max(times, default=0.0)], dtype=torch.float64)
     per_rank = [(float(a), float(b)) for a, b in nd.all_gather(mean_max)]
-    if final:
+    if final and not already:  # the last step's row holds them already
         report.metrics(parts.step, final)
     report.close()
     if nd.get_rank() == 0:

@@ -161,6 +161,8 @@ def test_outputs_and_summary(tmp_path):
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert "samples/s" in proc.stdout and "val/loss" in proc.stdout and "step time per rank" in proc.stdout
     assert load_config(run / "config.yaml").training.steps == 6
+    # step 6 is both a validation step and the end: validated once, one row
+    assert [row["step"] for row in metrics(run) if "val/loss" in row] == [3, 6]
 
 
 def test_non_finite_loss_stops_with_step_and_rank(tmp_path):
