@@ -1,7 +1,7 @@
 """Train a tiny float64 GPT for a few Adam steps on one process or on any parallel layout.
 
-Use: ``ref = reference_run(Setup())`` in the test process, ``run_ranks(layout_worker, n,
-args=(setup, layout))`` for a layout, then ``compare(ref, results)``. Both runs draw the same
+Use: ``ref = reference_run(Setup())`` in the test process, ``run_ranks(runs_worker, n,
+args=([Run(setup, layout), ...],))`` for some layouts, then ``compare(ref, results)`` per run. Both runs draw the same
 global batches from ``DistributedSampler`` (46 samples in batches of 5: every step's shares
 are uneven over 2 data-parallel ranks, and the last global batch has one sample, so one
 rank's share is empty).
@@ -90,12 +90,26 @@ def reference_run(setup: Setup, checkpointing: int = 0) -> dict[str, Any]:
     return {"losses": losses, "params": full_params([model])}
 
 
-def layout_worker(rank: int, world: int, setup: Setup, layout: ParallelLayout, plain_qkv: bool = False) -> dict[str, Any]:
-    """Train ``layout`` on this rank; returns its per-step global losses, full parameters and
-    how many numbers of each it holds itself. ``plain_qkv``: the naive column split of the
-    fused q/k/v projection (a wrong plan, to show the comparison catches it)."""
+@dataclass(frozen=True)
+class Run:
+    """One training run on some layout. ``plain_qkv``: the naive column split of the fused
+    q/k/v projection (a wrong plan, to show the comparison catches it)."""
+
+    setup: Setup
+    layout: ParallelLayout
+    plain_qkv: bool = False
+
+
+def runs_worker(rank: int, world: int, runs: list[Run]) -> list[dict[str, Any]]:
+    """Train each run in turn on this rank (one process start for several layouts)."""
     init_process_group(backend="gloo")
     torch.use_deterministic_algorithms(True)
+    return [layout_run(run.setup, run.layout, run.plain_qkv) for run in runs]
+
+
+def layout_run(setup: Setup, layout: ParallelLayout, plain_qkv: bool = False) -> dict[str, Any]:
+    """Train ``layout`` on this rank; returns its per-step global losses, full parameters and
+    how many numbers of each it holds itself."""
     mesh = build_mesh(layout)
     model, plan = build_model(setup), parallel_plan()
     if plain_qkv:
