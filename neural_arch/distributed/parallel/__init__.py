@@ -8,6 +8,7 @@ Use (inside an initialised process group; world size = dp_replicate*dp_shard*tp*
     model = parallelize_model(model, layout, mesh, plan)           # pp == 1: TP, then AC, then FSDP
     pipe = build_pipeline(model, layout, mesh, plan, sample_loss, microbatch_size)  # pp > 1
     loss = data_parallel_loss(per_sample_losses, global_count, dp_size(mesh))
+    dcp.save(dcp_savable({"model": model_sd, "optim": optim_sd}), checkpoint_id=path)  # checkpoint_layout.py
 
 Concern: spreading one model over many ranks so that every layout computes exactly what
 one process would. The sampler gives each data-parallel rank (``dp_rank``/``dp_size``) its
@@ -18,6 +19,7 @@ DTensor ``parallelize_module``, ``torch.distributed.pipelining``, ``torch.utils.
 """
 
 from neural_arch.distributed.parallel.activation import apply_activation_checkpointing
+from neural_arch.distributed.parallel.checkpoint_layout import dcp_restore, dcp_savable
 from neural_arch.distributed.parallel.fsdp import apply_fsdp, fsdp_mesh, mixed_precision, needs_fsdp
 from neural_arch.distributed.parallel.layout import (
     DTYPES, PP_SCHEDULES, ParallelLayout, layout_from_dict, validate, validate_model,
@@ -34,7 +36,7 @@ __all__ = [
     "FusedColwiseParallel", "ParallelLayout", "ParallelPlan", "PipelineRunner", "SampleLoss", "StageBuilder",
     "TensorPlan", "TiedParameters",
     "apply_activation_checkpointing", "apply_fsdp", "apply_layout", "apply_tensor_parallel", "build_mesh",
-    "build_pipeline", "check_plan", "data_parallel_loss", "dp_mesh", "dp_rank", "dp_size", "even_split",
+    "build_pipeline", "check_plan", "data_parallel_loss", "dcp_restore", "dcp_savable", "dp_mesh", "dp_rank", "dp_size", "even_split",
     "fsdp_mesh", "is_dp_leader", "layout_from_dict", "local_stages", "mixed_precision", "needs_fsdp",
     "pad_rows", "parallelize_model", "validate", "validate_model",
 ]
