@@ -29,7 +29,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 

@@ -15,6 +15,7 @@ import torch
 import neural_arch.distributed as nd
 from neural_arch.training.builders import build_optimizer, build_scaler, build_scheduler
 from neural_arch.training.config import Config, config_to_dict
+from neural_arch.training.placement import Placement, place_model
 from neural_arch.training.registry import task_class
 from neural_arch.training.rng import capture_rng, restore_rng, seed_rank
 from neural_arch.training.task import Task
@@ -22,11 +23,11 @@ from neural_arch.training.task import Task
 
 @dataclass
 class TrainingComponents:
-    """The task, the wrapped model, optimizer, LR schedule, loss scaler, sampler and step count."""
+    """The task, the placed model, optimizer, LR schedule, loss scaler, sampler and step count."""
 
     cfg: Config
     task: Task
-    model: nd.DistributedDataParallel
+    placement: Placement
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     scaler: torch.amp.GradScaler
@@ -39,16 +40,23 @@ class TrainingComponents:
         """Build on every rank (the task's ``prepare`` may run collectives)."""
         task = task_class(cfg.run.task)(cfg)
         task.prepare()
-        model = nd.DistributedDataParallel(task.build_model().to(device))
-        optimizer = build_optimizer(cfg, model)
+        placement = place_model(task, cfg, device)
+        optimizer = build_optimizer(cfg, placement.model)
+        # Ranks of one data-parallel group (tensor-parallel peers) draw the same share.
         sampler = nd.DistributedSampler(dataset_size=task.train_size, batch_size=cfg.training.global_batch_size,
-                                        seed=cfg.run.seed)
-        return cls(cfg, task, model, optimizer, build_scheduler(cfg, optimizer), build_scaler(cfg, device), sampler, device)
+                                        seed=cfg.run.seed, rank=placement.dp_rank, num_replicas=placement.dp_size)
+        return cls(cfg, task, placement, optimizer, build_scheduler(cfg, optimizer), build_scaler(cfg, device), sampler,
+                   device)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model the training step calls."""
+        return self.placement.model
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Checkpoint content (call on every rank: it gathers every rank's RNG state)."""
         return {
-            "model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "model": self.placement.model_state(), "optimizer": self.placement.optimizer_state(self.optimizer),
             "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
             "sampler": self.sampler.state_dict(), "step": self.step, "world_size": nd.get_world_size(),
             "rng": nd.all_gather_object(capture_rng()), "config": config_to_dict(self.cfg),
@@ -57,8 +65,7 @@ class TrainingComponents:
 
     def restore(self, state: dict[str, Any], seed: int) -> None:
         """Continue from ``checkpoint_state()`` of a run on any number of ranks."""
-        self.model.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.placement.load(self.optimizer, state["model"], state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.sampler.load_state_dict(state["sampler"])

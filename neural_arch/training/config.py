@@ -23,6 +23,8 @@ from typing import Any, Literal, Optional, Sequence
 import yaml
 
 from neural_arch.apps import DEFAULT_TASK
+from neural_arch.distributed.parallel.layout import ParallelLayout
+from neural_arch.training.layout_check import checked_layout, layout_active
 from neural_arch.training.registry import task_class
 from neural_arch.training.task import RangeRule, Task
 from neural_arch.training.typed_config import POSITIVE, UNIT, ConfigError, at_least, build, names, show, unknown
@@ -133,6 +135,8 @@ class Config:
     """Saving and resuming."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     """Metrics and progress output."""
+    parallel: ParallelLayout = field(default_factory=ParallelLayout)
+    """How the model is spread over the ranks; all defaults: a full replica per rank (DDP)."""
 
 
 # ---- range rules of the framework's sections: key path -> (predicate, what is allowed);
@@ -187,21 +191,26 @@ def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
         if value is not None and not ok(value):
             raise ConfigError(f"{key}={show(value)} is out of range: must be {allowed}")
     task.SECTIONS.validate(cfg)
-    _check_batch_sizes(cfg.training, world_size)
+    if world_size is None and cfg.training.distributed:
+        world_size = cfg.training.nproc_per_node
+    dp_ranks = world_size
+    if layout_active(cfg.parallel):
+        dp_ranks = checked_layout(cfg.parallel, world_size, task, cfg)
+    _check_batch_sizes(cfg.training, world_size, dp_ranks)
 
 
-def _check_batch_sizes(training: TrainingConfig, world_size: Optional[int]) -> None:
+def _check_batch_sizes(training: TrainingConfig, world_size: Optional[int], dp_ranks: Optional[int]) -> None:
+    """``dp_ranks``: the ranks that share each global batch (the world, or a layout's dp_size)."""
     if training.global_batch_size % training.grad_accum_steps:
         raise ConfigError(f"training.global_batch_size={training.global_batch_size} is not divisible by training."
                           f"grad_accum_steps={training.grad_accum_steps}; use a multiple of {training.grad_accum_steps}")
-    if world_size is None and training.distributed and training.nproc_per_node > 1:
-        world_size = training.nproc_per_node
     if world_size is not None and world_size < 1:
         raise ConfigError(f"world_size={world_size!r}: must be >= 1")
-    unit = (world_size or 1) * training.grad_accum_steps
+    unit = (dp_ranks or 1) * training.grad_accum_steps
+    who = f"world size {world_size}" if dp_ranks == world_size else f"parallel dp_size {dp_ranks}"
     if training.global_batch_size % unit:
-        raise ConfigError(f"training.global_batch_size={training.global_batch_size} is not divisible by world size "
-                          f"{world_size} x grad_accum_steps {training.grad_accum_steps}; use a multiple of {unit}")
+        raise ConfigError(f"training.global_batch_size={training.global_batch_size} is not divisible by {who} "
+                          f"x grad_accum_steps {training.grad_accum_steps}; use a multiple of {unit}")
 
 
 def config_to_dict(cfg: Config) -> dict:

@@ -9,35 +9,42 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch.distributed.tensor import DTensor
 
 import neural_arch.distributed as nd
+from neural_arch.distributed.parallel.weighting import data_parallel_loss, pad_rows
 from neural_arch.training.builders import autocast_context
 from neural_arch.training.components import TrainingComponents
 
 
 def train_step(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor:
     """One optimizer step on one global batch; returns this rank's (loss sum, samples)."""
-    cfg = parts.cfg
+    cfg, place = parts.cfg, parts.placement
     parts.optimizer.zero_grad(set_to_none=True)
     ids = torch.tensor(batch, dtype=torch.long)
     local = torch.zeros(2, dtype=torch.float64)
     micro = torch.tensor_split(ids, cfg.training.grad_accum_steps)
     for j, part in enumerate(micro):
         # All but the last micro-batch accumulate locally; the last one averages the total.
-        sync = contextlib.nullcontext() if j == len(micro) - 1 else parts.model.no_sync()
+        sync = contextlib.nullcontext() if j == len(micro) - 1 else place.no_sync()
         with sync, autocast_context(cfg, parts.device):
-            per_sample = parts.task.loss(parts.model, parts.task.batch("train", part, parts.device))
-            loss = nd.global_batch_loss(per_sample, batch.global_size)
+            rows = padded(parts.task.batch("train", part, parts.device), place.min_rows)
+            per_sample = parts.task.loss(place.model, rows)
+            # Weighted by the ranks that see different samples, so the data-parallel average is
+            # the gradient of the global batch's mean (padding rows, if any, weigh exactly 0).
+            loss = data_parallel_loss(per_sample, batch.global_size, place.dp_size,
+                                      valid=len(part) if place.min_rows else None)
         parts.scaler.scale(loss).backward()
-        local[0] += per_sample.detach().double().sum().cpu()
-    local[1] = len(batch)
+        if place.leader:  # tensor-parallel peers computed the same samples: count them once
+            local[0] += per_sample.detach()[: len(part)].double().sum().cpu()
+    local[1] = len(batch) if place.leader else 0
     parts.scaler.unscale_(parts.optimizer)
     # The gradients were averaged over ranks, so this norm (and the decision below) is the
     # same on every rank without another collective.
-    grads = [q.grad for q in parts.model.parameters() if q.grad is not None]
-    norm = torch.nn.utils.get_total_norm(grads)  # one read of the gradients (clip_grad_norm_ with inf also rescales)
+    grads = [q.grad for q in place.model.parameters() if q.grad is not None]
+    norm = total_norm(grads)  # one read of the gradients (clip_grad_norm_ with inf also rescales)
     if cfg.training.grad_clip is not None and torch.isfinite(norm):
-        torch.nn.utils.clip_grads_with_norm_(parts.model.parameters(), cfg.training.grad_clip, norm)
+        clip_to(grads, cfg.training.grad_clip, norm)
     if not torch.isfinite(norm) and not parts.scaler.is_enabled():  # fp16's scaler skips such steps itself
         _non_finite(parts, local)
         return local
@@ -45,6 +52,31 @@ def train_step(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor:
     parts.scaler.update()
     parts.scheduler.step()
     return local
+
+
+def padded(batch: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
+    """``batch`` with zero rows appended up to ``rows`` (sharded layouts cannot run on none)."""
+    if not rows or all(len(t) >= rows for t in batch.values()):
+        return batch
+    return {key: pad_rows(t, rows) for key, t in batch.items()}
+
+
+def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all gradients together; sharded (DTensor) ones count every shard once."""
+    if not any(isinstance(g, DTensor) for g in grads):
+        return torch.nn.utils.get_total_norm(grads)
+    norms = [torch.linalg.vector_norm(g) for g in grads]
+    return torch.linalg.vector_norm(torch.stack([n.full_tensor() if isinstance(n, DTensor) else n for n in norms]))
+
+
+def clip_to(grads: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+    """Scale the gradients so that their total norm is at most ``max_norm`` (as clip_grad_norm_)."""
+    if not any(isinstance(g, DTensor) for g in grads):
+        torch.nn.utils.clip_grads_with_norm_(grads, max_norm, norm)
+        return
+    scale = min(1.0, max_norm / (float(norm) + 1e-6))  # torch's formula; a plain float suits every shard
+    for g in grads:
+        g.mul_(scale)
 
 
 def _non_finite(parts: TrainingComponents, local: torch.Tensor) -> None:
@@ -64,16 +96,19 @@ def _non_finite(parts: TrainingComponents, local: torch.Tensor) -> None:
 @torch.no_grad()
 def evaluate(parts: TrainingComponents) -> dict[str, float]:
     """Exact global validation metrics: the task's sums over every rank's share, no padding."""
-    task, cfg = parts.task, parts.cfg
+    task, cfg, place = parts.task, parts.cfg, parts.placement
     if task.val_size == 0:
         return {}
-    sampler = nd.DistributedSampler(dataset_size=task.val_size, batch_size=cfg.training.global_batch_size, shuffle=False)
-    parts.model.eval()
+    sampler = nd.DistributedSampler(dataset_size=task.val_size, batch_size=cfg.training.global_batch_size,
+                                    shuffle=False, rank=place.dp_rank, num_replicas=place.dp_size)
+    place.model.eval()
     sums = None
     for batch in sampler:
         with autocast_context(cfg, parts.device):
             ids = torch.tensor(batch, dtype=torch.long)
-            part = task.eval_sums(parts.model.module, task.batch("val", ids, parts.device))
+            part = task.eval_sums(place.plain, padded(task.batch("val", ids, parts.device), place.min_rows))
+        if not place.leader or len(ids) == 0:
+            part = torch.zeros_like(part)  # a padding row or a tensor peer's copy of the leader's sums
         sums = part if sums is None else sums + part
-    parts.model.train()
+    place.model.train()
     return task.finalize(nd.all_reduce(sums, check=False))

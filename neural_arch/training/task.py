@@ -27,6 +27,7 @@ from typing import Any, Callable, ClassVar, Optional
 import torch
 from torch import nn
 
+from neural_arch.distributed.parallel.plan import ParallelPlan
 from neural_arch.export import ExportSpec
 from neural_arch.training.typed_config import ConfigError
 
@@ -99,6 +100,18 @@ class Task:
         """What ``neural-arch export`` scripts from the training checkpoint ``state``: the
         module (weights loaded) and an example input for the parity check."""
         raise ValueError(f"task {cls.__name__} does not support TorchScript export")
+
+    @classmethod
+    def parallel_plan(cls) -> Optional[ParallelPlan]:
+        """How the model splits over ranks (blocks, tensor-parallel styles, pipeline stages) for a
+        ``parallel:`` layout; None: only data parallelism (DDP, or FSDP of the whole model)."""
+        return None
+
+    @classmethod
+    def parallel_sizes(cls, cfg: Any) -> tuple[int, Optional[int]]:
+        """(blocks, attention heads) of the model the config describes, so that a layout that
+        cannot split it is refused before any rank starts; with ``parallel_plan``."""
+        raise NotImplementedError
 
     @classmethod
     def generate(cls, state: dict[str, Any], prompt: bytes, settings: GenerationSettings) -> bytes:

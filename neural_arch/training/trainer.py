@@ -157,19 +157,20 @@ def _finish(parts: TrainingComponents, record: LoopRecord, report: RunReporter, 
     if final and not already:  # the last step's row holds them already
         report.metrics(parts.step, final)
     report.close()
+    whole = parts.placement.whole_model(parts.task)  # collective for sharded layouts
     if nd.get_rank() == 0:
         throughput = {"processes": float(nd.get_world_size()), "samples_per_s": record.samples / max(train_seconds, 1e-9),
                       "train_seconds": train_seconds, "steps": float(len(times))}
-        _write_outputs(parts, run_dir, final, throughput, record.samples, per_rank)
+        _write_outputs(parts, whole, run_dir, final, throughput, record.samples, per_rank)
     return final
 
 
-def _write_outputs(parts: TrainingComponents, run_dir: Path, final: dict[str, float], throughput: dict[str, float],
-                   samples: int, per_rank: list[tuple[float, float]]) -> None:
+def _write_outputs(parts: TrainingComponents, whole: torch.nn.Module, run_dir: Path, final: dict[str, float],
+                   throughput: dict[str, float], samples: int, per_rank: list[tuple[float, float]]) -> None:
     """Rank 0: loss plot, the task's report, summary.txt/summary.json, the summary on stdout."""
     if (run_dir / "metrics.jsonl").exists():
         plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png")
-    parts.task.report(run_dir, parts.model.module, final, throughput)
+    parts.task.report(run_dir, whole, final, throughput)
     summary = format_summary(parts.task.summary_metrics(final), throughput["train_seconds"], samples, per_rank,
                              nd.get_world_size())
     (run_dir / "summary.txt").write_text(summary + "\n")

@@ -30,6 +30,8 @@ from neural_arch.apps.gpt.config import SECTIONS, source_list
 from neural_arch.apps.gpt.corpus import Corpus, check_corpus_inputs, create_corpus, stale_reason
 from neural_arch.apps.gpt.inference import export_spec, generate_text
 from neural_arch.apps.gpt.model import GPT, count_parameters
+from neural_arch.apps.gpt.parallelize import parallel_plan
+from neural_arch.distributed.parallel import ParallelPlan
 from neural_arch.export import ExportSpec
 from neural_arch.training.builders import PARAM_DTYPES
 from neural_arch.training.task import GenerationSettings, Task
@@ -82,6 +84,14 @@ class GPTTask(Task):
     @classmethod
     def build_export(cls, state: dict[str, Any]) -> ExportSpec:
         return export_spec(state)
+
+    @classmethod
+    def parallel_plan(cls) -> ParallelPlan:
+        return parallel_plan()
+
+    @classmethod
+    def parallel_sizes(cls, cfg: Any) -> tuple[int, Optional[int]]:
+        return cfg.model.n_layers, cfg.model.n_heads
 
     @classmethod
     def generate(cls, state: dict[str, Any], prompt: bytes, settings: GenerationSettings) -> bytes:

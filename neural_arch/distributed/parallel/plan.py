@@ -1,6 +1,6 @@
 """What an app tells the framework about its model, and applying a layout to a whole model.
 
-Use: an app's ``parallelize.py`` returns a ``ParallelPlan`` (see ``apps/gpt/parallelize.py``);
+Use: an app's ``parallelize.py`` returns a ``ParallelPlan`` (see ``apps/NAME/parallelize.py``);
 the trainer then calls ``parallelize_model(model, layout, mesh, plan)`` when ``layout.pp == 1``
 or ``build_pipeline(...)`` (pipeline.py) when ``layout.pp > 1``.
 

@@ -1,7 +1,7 @@
 """Tensor parallelism with DTensor: ``apply_tensor_parallel(model, mesh, plan)``.
 
 Use: an app writes a ``TensorPlan`` next to its model (which submodule is column- or
-row-wise sharded, e.g. ``apps/gpt/parallelize.py``); the trainer calls
+row-wise sharded, e.g. ``apps/NAME/parallelize.py``); the trainer calls
 ``apply_tensor_parallel(model, build_mesh(layout), plan)`` before FSDP and the optimizer.
 
 Column-wise then row-wise (Megatron's pairing) needs one all-reduce per pair in forward

@@ -12,7 +12,7 @@ of zero rows in torch 2.13 (``Sharding propagation failed for aten.view.default(
 peers' collectives are matched. A padding row runs like any other and its loss is
 replaced by an exact zero, so it changes no gradient -- provided the model gives finite
 values on an all-zero row (the zero gradient flowing back through an infinite partial
-derivative would be NaN); the GPT's all-zero row is a run of byte 0.
+derivative would be NaN); a byte model's all-zero row is a run of byte 0.
 """
 
 from __future__ import annotations

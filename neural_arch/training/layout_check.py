@@ -1,0 +1,38 @@
+"""The config's ``parallel:`` section: is it in use, and can it run on this many ranks?
+
+Used by config.py (validation) and placement.py (which model set-up to build).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from neural_arch.distributed.parallel.layout import ParallelLayout, validate, validate_model
+from neural_arch.training.task import Task
+from neural_arch.training.typed_config import ConfigError
+
+
+def layout_active(layout: ParallelLayout) -> bool:
+    """Whether the ``parallel:`` section asks for anything beyond plain DDP (all defaults)."""
+    return layout != ParallelLayout()
+
+
+def checked_layout(layout: ParallelLayout, world_size: Optional[int], task: type[Task], cfg: Any) -> int:
+    """The layout's data-parallel size, or a one-line ConfigError for a layout that cannot run
+    (on ``world_size`` ranks; when unknown yet, the layout's own product stands in) or that
+    the task's model cannot be split into."""
+    try:
+        validate(layout, layout.world_size if world_size is None else world_size)
+        needs_plan = layout.tp > 1 or layout.pp > 1 or layout.activation_checkpointing > 0
+        if needs_plan and task.parallel_plan() is None:
+            raise ValueError(f"parallel: tp={layout.tp}, pp={layout.pp}, activation_checkpointing="
+                             f"{layout.activation_checkpointing} need the app's parallel plan but run.task="
+                             f"{cfg.run.task!r} has none; use dp_shard/dp_replicate only")
+        if needs_plan:
+            validate_model(layout, *task.parallel_sizes(cfg))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if layout.pp > 1:
+        raise ConfigError(f"parallel.pp={layout.pp}: neural-arch train does not run pipelines yet (the library does: "
+                          "neural_arch.distributed.parallel.build_pipeline); set pp=1")
+    return layout.dp_size

@@ -1,0 +1,119 @@
+"""Where the model lives: data-parallel replicas (DDP) or a ``parallel:`` layout (FSDP2, tensor parallel).
+
+Used by components.py: ``placement = place_model(task, cfg, device)``; the loop then trains
+``placement.model``, evaluates ``placement.plain``, gives the sampler ``dp_rank``/``dp_size``
+and weights each rank's loss by ``dp_size`` (ranks that see different samples; tensor peers
+see the same ones). Checkpoints always hold the *full* model and optimizer state in the
+single-process format (parameter order of the plain model), gathered from the shards with
+DCP's state-dict API, so a run saved on any layout resumes on any other, and ``export`` and
+``generate`` read it as they read a DDP run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, ContextManager
+
+import torch
+from torch import nn
+
+import neural_arch.distributed as nd
+from neural_arch.training.config import Config
+from neural_arch.training.layout_check import layout_active
+from neural_arch.training.task import Task
+
+
+@dataclass
+class Placement:
+    """The model as trained and as evaluated, and which samples this rank sees."""
+
+    model: nn.Module
+    """What the training step calls (the DDP wrapper, or the parallelized model itself)."""
+    plain: nn.Module
+    """What evaluation and the report call: the model without the DDP wrapper."""
+    dp_rank: int
+    dp_size: int
+    leader: bool
+    """True on one rank per data-parallel group: the one whose loss and metric sums count."""
+    sharded: bool
+    """Parameters are DTensors (a ``parallel:`` layout)."""
+    min_rows: int = 0
+    """Rows every forward needs at least (DTensor cannot run on 0 rows: an empty share is padded)."""
+
+    def no_sync(self) -> ContextManager[Any]:
+        """Skip the gradient reduction of an accumulation micro-batch (DDP); sharded layouts reduce each one."""
+        return self.model.no_sync() if isinstance(self.model, nd.DistributedDataParallel) else contextlib.nullcontext()
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        """The full model state (on rank 0 for sharded layouts: the others get an empty dict)."""
+        if not self.sharded:
+            return self.plain.state_dict()
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(self.plain, options=_full(cpu_offload=True))
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The full optimizer state keyed by parameter index, as ``optimizer.state_dict()`` of one process."""
+        if not self.sharded:
+            return optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        by_name = get_optimizer_state_dict(self.plain, optimizer, options=_full(cpu_offload=True))
+        return _rekey(by_name, {name: i for i, name in enumerate(self._names())})
+
+    def load(self, optimizer: torch.optim.Optimizer, model_state: dict[str, Any], optim_state: dict[str, Any]) -> None:
+        """Load a full state (from a run on any layout) into this placement's model and optimizer."""
+        if not self.sharded:
+            self.plain.load_state_dict(model_state)
+            optimizer.load_state_dict(optim_state)
+            return
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+        set_model_state_dict(self.plain, model_state, options=_full(cpu_offload=False))
+        by_name = _rekey(optim_state, dict(enumerate(self._names())))
+        set_optimizer_state_dict(self.plain, optimizer, by_name, options=_full(cpu_offload=False))
+
+    def whole_model(self, task: Task) -> nn.Module:
+        """The unsharded model for rank 0's report (call on every rank: a sharded layout gathers it)."""
+        if not self.sharded:
+            return self.plain
+        state = self.model_state()
+        if nd.get_rank() != 0:
+            return self.plain  # not used: only rank 0 writes the report
+        whole = task.build_model()
+        whole.load_state_dict(state)
+        return whole
+
+    def _names(self) -> list[str]:
+        # The optimizer was built from plain.parameters(): the same order (tied weights once).
+        return [name for name, _ in self.plain.named_parameters()]
+
+
+def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
+    """DDP over every rank, or the config's ``parallel:`` layout applied to the task's model."""
+    model = task.build_model().to(device)
+    if not layout_active(cfg.parallel):
+        return Placement(nd.DistributedDataParallel(model), model, nd.get_rank(), nd.get_world_size(),
+                         leader=True, sharded=False)
+    from neural_arch.distributed import parallel as par
+
+    layout = par.validate(cfg.parallel, nd.get_world_size())
+    mesh = par.build_mesh(layout, device_type=device.type)
+    par.parallelize_model(model, layout, mesh, type(task).parallel_plan())
+    return Placement(model, model, par.dp_rank(mesh), par.dp_size(mesh), leader=par.is_dp_leader(mesh),
+                     sharded=True, min_rows=1 if layout.tp > 1 else 0)
+
+
+def _full(cpu_offload: bool) -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload)
+
+
+def _rekey(state: dict[str, Any], keys: dict[Any, Any]) -> dict[str, Any]:
+    """An optimizer state dict with its parameter keys mapped through ``keys`` (names <-> indices)."""
+    if not state:
+        return state  # a rank that does not hold the gathered state
+    groups = [{**group, "params": [keys[p] for p in group["params"]]} for group in state["param_groups"]]
+    return {"state": {keys[k]: v for k, v in state["state"].items()}, "param_groups": groups}

@@ -1,0 +1,94 @@
+"""``neural-arch train`` on parallel layouts (the ``parallel:`` section) equals one process.
+
+Run: ``.venv/bin/python -m pytest tests/training/test_parallel_trainer.py -q``
+A tiny float64 GPT (tests/training/test_trainer.py's ``gpt_args``: 27 windows per epoch in
+global batches of 6, so every epoch ends with an uneven last share), Adam, 10 steps, the
+loss logged at every step. Tolerances: parameters within 1e-10, every logged loss and the
+validation bits per byte within 1e-12 relative (only summation order differs). Checkpoints
+hold the full single-process state, so a run saved on one layout resumes on another.
+"""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.apps.gpt.helpers import make_corpus
+from tests.training.test_trainer import BASE, assert_params, cli, final_params, gpt_args, metrics
+
+pytestmark = pytest.mark.multiprocess  # every test here launches ranks
+
+EVERY_STEP = ["--set", "logging.every_steps=1", "training.val_every=5", "schedule.decay=constant"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return make_corpus(tmp_path_factory.mktemp("gpt"))
+
+
+def train(run: Path, corpus: Path, steps: int, *extra: str, procs: int = 1) -> None:
+    proc = cli(*gpt_args(corpus), *EVERY_STEP, "--set", f"run.dir={run}", f"training.steps={steps}", *extra,
+               "--nproc-per-node", str(procs))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def losses(run: Path) -> dict[int, float]:
+    return {row["step"]: row["train/loss"] for row in metrics(run) if "train/loss" in row}
+
+
+def assert_same_run(got: Path, want: Path) -> None:
+    assert_params(final_params(got), final_params(want), atol=1e-10)
+    a, b = losses(got), losses(want)
+    assert a.keys() == b.keys()
+    for step in a:
+        assert math.isclose(a[step], b[step], rel_tol=1e-12), (step, a[step], b[step])
+    val_a = [r["val/bpb"] for r in metrics(got) if "val/bpb" in r]
+    val_b = [r["val/bpb"] for r in metrics(want) if "val/bpb" in r]
+    assert len(val_a) == len(val_b) >= 2 and all(math.isclose(x, y, rel_tol=1e-12) for x, y in zip(val_a, val_b))
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("ref") / "run"
+    train(run, corpus, 10)
+    return run
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("layout", [
+    ["parallel.dp_shard=2"],                                     # FSDP2 (ZeRO-3)
+    ["parallel.tp=2"],                                           # tensor parallel: heads split
+    ["parallel.dp_shard=2", "parallel.activation_checkpointing=1", "parallel.reshard_after_forward=false"],
+], ids=["fsdp2", "tp2", "fsdp2+checkpointing"])
+def test_layout_equals_one_process(corpus, reference, tmp_path, layout):
+    train(tmp_path / "run", corpus, 10, "--set", *layout, procs=2)
+    assert_same_run(tmp_path / "run", reference)
+
+
+@pytest.mark.timeout(600)
+def test_saved_on_fsdp_resumes_on_one_process_and_on_tensor_parallel(corpus, tmp_path):
+    whole = tmp_path / "whole"
+    train(whole, corpus, 10)
+    for name, layout, procs in (("one", [], 1), ("tp", ["parallel.tp=2"], 2)):
+        run = tmp_path / name
+        train(run, corpus, 5, "--set", "parallel.dp_shard=2", procs=2)
+        train(run, corpus, 10, *(["--set", *layout] if layout else []), procs=procs)
+        assert "resumed from step 5" in (run / "logs" / "rank_0.log").read_text()
+        assert_params(final_params(run), final_params(whole), atol=1e-10)
+
+
+@pytest.mark.parametrize("layout, words", [
+    (["parallel.dp_shard=3"], "= 3 but the world has 2 processes"),
+    (["parallel.tp=2", "parallel.dp_shard=2"], "= 4 but the world has 2 processes"),
+    (["parallel.pp=2", "parallel.microbatches=2"], "does not run pipelines yet"),
+    (["parallel.pp=2"], "microbatches=1 is less than pp=2"),
+    (["parallel.tp=2", "model.n_heads=1"], "does not divide the model's 1 attention heads"),
+    (["parallel.tp=2", "regression"], "run.task='regression' has none"),  # an app without a plan
+])
+def test_bad_layouts_are_one_line_and_exit_2(corpus, tmp_path, layout, words):
+    app = BASE if layout[-1] == "regression" else gpt_args(corpus)
+    layout = [item for item in layout if item != "regression"]
+    proc = cli(*app, "--set", f"run.dir={tmp_path / 'run'}", *layout, "--nproc-per-node", "2")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "run").exists()  # refused before any rank started
