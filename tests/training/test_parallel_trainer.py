@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.apps.gpt.helpers import make_corpus
-from tests.training.test_trainer import BASE, assert_params, cli, final_params, gpt_args, metrics
+from tests.training.test_trainer import BASE, assert_params, cli, final_params, gpt_args, launch_fault, metrics
 
 pytestmark = pytest.mark.multiprocess  # every test here launches ranks
 
@@ -59,9 +59,11 @@ def reference(corpus, tmp_path_factory) -> Path:
     ["parallel.dp_shard=2"],                                     # FSDP2 (ZeRO-3)
     ["parallel.tp=2"],                                           # tensor parallel: heads split
     ["parallel.dp_shard=2", "parallel.activation_checkpointing=1", "parallel.reshard_after_forward=false"],
-], ids=["fsdp2", "tp2", "fsdp2+checkpointing"])
+    ["parallel.dp_shard=2", "parallel.tp=2"],                    # 2-D: FSDP over tensor-parallel shards, 4 ranks
+], ids=["fsdp2", "tp2", "fsdp2+checkpointing", "fsdp2+tp2"])
 def test_layout_equals_one_process(corpus, reference, tmp_path, layout):
-    train(tmp_path / "run", corpus, 10, "--set", *layout, procs=2)
+    procs = 4 if "parallel.tp=2" in layout and "parallel.dp_shard=2" in layout else 2
+    train(tmp_path / "run", corpus, 10, "--set", *layout, procs=procs)
     assert_same_run(tmp_path / "run", reference)
 
 
@@ -92,3 +94,18 @@ def test_bad_layouts_are_one_line_and_exit_2(corpus, tmp_path, layout, words):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "run").exists()  # refused before any rank started
+
+
+@pytest.mark.timeout(600)
+def test_killed_rank_on_fsdp_resumes_bitwise(corpus, tmp_path):
+    """SIGKILL of rank 1 after step 7 (last checkpoint: step 4); the launcher restarts both ranks."""
+    layout = ["--set", "parallel.dp_shard=2", "training.steps=12", "checkpoint.every_steps=4"]
+    runs = {}
+    for mode in ("none", "kill"):
+        run = tmp_path / mode
+        proc = launch_fault(mode, 7, 2, *gpt_args(corpus), *EVERY_STEP, "--set", f"run.dir={run}", *layout)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs[mode] = run
+    assert "resumed from step 4" in (runs["kill"] / "logs" / "rank_0.log").read_text()
+    assert_params(final_params(runs["kill"]), final_params(runs["none"]), atol=0)
+    assert losses(runs["kill"]) == losses(runs["none"])
