@@ -72,8 +72,9 @@ def test_training_template(starter):
     assert sorted(int(r) for r, _ in hashes) == list(range(ranks))
     assert len({h for _, h in hashes}) == 1, f"ranks ended with different weights: {hashes}"
     want = template_reference(ranks)
-    for rank, values in re.findall(r"rank (\d) values (\[.*\])", out):
-        np.testing.assert_allclose(json.loads(values), want, rtol=0, atol=1e-6, err_msg=f"rank {rank}")  # float32
+    values = re.findall(r"rank 0 values (\[[^\]]*\])", out)  # rank 0 prints them; the hashes say all agree
+    assert len(values) == 1, out
+    np.testing.assert_allclose(json.loads(values[0]), want, rtol=0, atol=1e-6)  # float32
 
 
 def template_reference(world: int) -> list[float]:

@@ -73,7 +73,8 @@ def main():
     # filled in: every rank must end with the same weights
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     print(f"rank {rank} weights {hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]}", flush=True)
-    print(f"rank {rank} values {flat.tolist()}", flush=True)
+    if rank == 0:  # one long line: two ranks writing it at once to torchrun's shared pipe can interleave
+        print(f"rank {rank} values {flat.tolist()}", flush=True)
 
     # Cleanup
     destroy_process_group()
