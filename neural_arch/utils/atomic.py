@@ -6,6 +6,7 @@ Use::
     tmp = make_tmp_dir(parent, "step_00000020")           # parent/.tmp-step_00000020-<hex>
     write_file(tmp / "state.pt", lambda f: torch.save(state, f))
     commit_dir(tmp, parent / "step_00000020")             # appears complete, or not at all
+    commit_symlink(parent / "last", "step_00000020")       # parent/last -> step_00000020, swapped atomically
 
 Why: a crash (or a full disk) in the middle of a plain ``open(path, "w")`` leaves a
 truncated file where a good one was. A rename is atomic, and the fsyncs make it durable
@@ -72,7 +73,7 @@ def sha256(path: Path) -> str:
 
 def remove(path: Optional[Path]) -> None:
     """Best effort: anything left behind is named ``.tmp-*`` and pruned by the next save."""
-    if path is not None and path.is_dir():
+    if path is not None and path.is_dir() and not path.is_symlink():  # a link: unlink it, not its target
         shutil.rmtree(path, ignore_errors=True)
     elif path is not None:
         with suppress(OSError):
@@ -90,6 +91,21 @@ def commit_file(path: Path, write: Callable[[BinaryIO], Any], check: Optional[Ca
         write_file(tmp, write)
         if check is not None:
             check(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def commit_symlink(path: Path, target: str) -> None:
+    """Make ``path`` a symbolic link to ``target`` (relative to ``path``'s directory),
+    replacing whatever file or link is there in one rename: readers see the old link or
+    the new one, never none. The link is created under a ``.tmp-*`` name first, then
+    ``os.replace``d over ``path`` and the directory fsynced."""
+    tmp = tmp_path(path.parent, path.name)
+    try:
+        os.symlink(target, tmp)
         os.replace(tmp, path)
     except BaseException:
         remove(tmp)

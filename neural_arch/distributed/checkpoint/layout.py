@@ -1,12 +1,17 @@
 """The on-disk layout of a run's checkpoint directory: step directories, their manifest,
-the ``last``/``best`` pointer files, and pruning.
+the ``last``/``best`` pointers, and pruning.
 
 Not called directly; see ``neural_arch.distributed.checkpoint`` for how to save and load::
 
     run/checkpoints/
       step_00000020/state.pt, manifest.json   # manifest: format, step, metric, size + sha256
-      last, best                               # text files naming a step directory
+      last -> step_00000020, best -> ...       # symlinks, so checkpoints/last/state.pt opens by hand
       .tmp-*                                   # staging leftovers of a crash: ignored, pruned
+
+Pointers are relative symlinks (the run directory can be moved), swapped atomically. Runs
+written before pointers were links have text files naming the step directory instead;
+``pointer_target`` reads both, so old runs still resume, and their next save turns the
+files into links. Pruning never deletes a pointer's target, so no link dangles.
 
 No collectives here: ``rank0.py`` decides who calls these.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -23,7 +29,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from neural_arch.distributed.checkpoint.errors import DamagedCheckpoint
-from neural_arch.utils.atomic import TMP_PREFIX, commit_file, delete_atomically, sha256, write_file
+from neural_arch.utils.atomic import TMP_PREFIX, commit_symlink, delete_atomically, sha256, write_file
 
 FORMAT = 1
 STATE_FILE = "state.pt"
@@ -102,7 +108,7 @@ def update_pointers(directory: Path, name: str, metric: Optional[float], lower_i
     """Point ``last`` at step directory ``name``, and ``best`` at the best metric so far."""
     for pointer, target in (("last", name), ("best", best_name(directory, name, metric, lower_is_better))):
         if target is not None:
-            commit_file(directory / pointer, lambda f, t=target: f.write(f"{t}\n".encode()))
+            commit_symlink(directory / pointer, target)
 
 
 def best_name(directory: Path, name: str, metric: Optional[float], lower_is_better: bool) -> Optional[str]:
@@ -137,9 +143,11 @@ def prune(directory: Path, keep_last: int) -> None:
 
 
 def pointer_target(directory: Path, pointer: str) -> Optional[Path]:
-    """The step directory the ``last`` or ``best`` file names, if it exists."""
+    """The step directory the ``last`` or ``best`` pointer names, if it exists: a symlink,
+    or (runs from before pointers were links) a text file holding the name."""
+    path = directory / pointer
     try:
-        name = (directory / pointer).read_text().strip()
+        name = Path(os.readlink(path)).name if path.is_symlink() else path.read_text().strip()
     except (OSError, ValueError):
         return None
     return directory / name if STEP_DIR.fullmatch(name) and (directory / name).is_dir() else None

@@ -25,8 +25,8 @@ import torch
 
 from neural_arch.distributed.checkpoint.errors import CheckpointError, DamagedCheckpoint
 from neural_arch.distributed.checkpoint.layout import (
-    MANIFEST, STATE_FILE, STEP_DIR, CheckpointInfo, PathLike, previous_note, prune, read_manifest, step_dirs,
-    step_name, update_pointers, verified_manifest, write_manifest,
+    MANIFEST, POINTERS, STATE_FILE, STEP_DIR, CheckpointInfo, PathLike, pointer_target, previous_note, prune,
+    read_manifest, step_dirs, step_name, update_pointers, verified_manifest, write_manifest,
 )
 from neural_arch.distributed.checkpoint.loadable import check_loadable
 from neural_arch.distributed.checkpoint.rank0 import on_rank0
@@ -63,13 +63,16 @@ def save_checkpoint(
 def load_checkpoint(
     path: PathLike, *, map_location: Union[str, torch.device] = "cpu"
 ) -> Optional[tuple[CheckpointInfo, dict[str, Any]]]:
-    """The newest usable checkpoint under ``path`` (a run's checkpoint dir) or ``path`` itself (a step dir).
+    """The newest usable checkpoint under ``path`` (a run's checkpoint dir) or ``path`` itself
+    (a step dir, or the ``last``/``best`` pointer of one: link or old-style text file).
 
     Each rank reads on its own (no collectives). A damaged checkpoint in a run directory
     warns and falls back to the next older one; ``None`` means there is no checkpoint yet.
     Raises ``CheckpointError`` when a given step directory, or every candidate, is unusable.
     """
     path = Path(path)
+    if path.name in POINTERS:
+        path = pointer_target(path.parent, path.name) or path  # report the step directory, not "last"
     if path.is_dir() and (STEP_DIR.fullmatch(path.name) or (path / MANIFEST).exists()):
         try:
             return _load_one(path, map_location)
