@@ -33,6 +33,18 @@ def checked_layout(layout: ParallelLayout, world_size: Optional[int], task: type
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if layout.pp > 1:
-        raise ConfigError(f"parallel.pp={layout.pp}: neural-arch train does not run pipelines yet (the library does: "
-                          "neural_arch.distributed.parallel.build_pipeline); set pp=1")
+        _check_pipeline(layout, task, cfg)
     return layout.dp_size
+
+
+def _check_pipeline(layout: ParallelLayout, task: type[Task], cfg: Any) -> None:
+    """What a pipeline needs beyond the layout: a loss split at the model's output, no second accumulation."""
+    if not task.splits_loss():
+        raise ConfigError(f"parallel.pp={layout.pp} needs the app's loss split at the model's output "
+                          f"(Task.split_batch and Task.sample_loss) but run.task={cfg.run.task!r} does not; set pp=1")
+    if cfg.training.grad_accum_steps != 1:
+        raise ConfigError(f"training.grad_accum_steps={cfg.training.grad_accum_steps} with parallel.pp={layout.pp}: "
+                          "a pipeline already accumulates over parallel.microbatches; set grad_accum_steps=1")
+    if cfg.training.precision == "fp16":
+        raise ConfigError(f"training.precision=fp16 with parallel.pp={layout.pp}: the fp16 loss scaler cannot "
+                          "reach the losses inside the pipeline schedule; use bf16 or fp32")

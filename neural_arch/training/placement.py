@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, ContextManager
+import math
+from typing import Any, ContextManager, Optional
 
 import torch
 from torch import nn
@@ -21,6 +22,9 @@ from torch import nn
 import neural_arch.distributed as nd
 from neural_arch.training.config import Config
 from neural_arch.training.layout_check import layout_active
+from neural_arch.training.pipeline_state import (
+    load_pipeline_state, parameter_indices, pipeline_model_state, pipeline_optimizer_state,
+)
 from neural_arch.training.task import Task
 
 
@@ -40,6 +44,11 @@ class Placement:
     """Parameters are DTensors (a ``parallel:`` layout)."""
     min_rows: int = 0
     """Rows every forward needs at least (DTensor cannot run on 0 rows: an empty share is padded)."""
+    pipeline: Optional[Any] = None
+    """The ``PipelineRunner`` of a ``pp > 1`` layout: it runs the training step (``model`` is then a
+    view of this rank's stages, ``plain`` the whole forward over the pipeline)."""
+    indices: Optional[dict[str, int]] = None
+    """Pipelines: parameter name -> index in the full model (the checkpoint's optimizer keys)."""
 
     def no_sync(self) -> ContextManager[Any]:
         """Skip the gradient reduction of an accumulation micro-batch (DDP); sharded layouts reduce each one."""
@@ -49,6 +58,8 @@ class Placement:
         """The full model state (on rank 0 for sharded layouts: the others get an empty dict)."""
         if not self.sharded:
             return self.plain.state_dict()
+        if self.pipeline is not None:
+            return pipeline_model_state(self.model, self.pipeline.group)
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         return get_model_state_dict(self.plain, options=_full(cpu_offload=True))
@@ -57,6 +68,8 @@ class Placement:
         """The full optimizer state keyed by parameter index, as ``optimizer.state_dict()`` of one process."""
         if not self.sharded:
             return optimizer.state_dict()
+        if self.pipeline is not None:
+            return pipeline_optimizer_state(self.model, optimizer, self.pipeline.group, self.indices or {})
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         by_name = get_optimizer_state_dict(self.plain, optimizer, options=_full(cpu_offload=True))
@@ -67,6 +80,9 @@ class Placement:
         if not self.sharded:
             self.plain.load_state_dict(model_state)
             optimizer.load_state_dict(optim_state)
+            return
+        if self.pipeline is not None:
+            load_pipeline_state(self.model, optimizer, self.indices or {}, model_state, optim_state)
             return
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
@@ -85,6 +101,11 @@ class Placement:
         whole.load_state_dict(state)
         return whole
 
+    def norm_parameters(self) -> list[nn.Parameter]:
+        """The parameters whose gradients make up the gradient norm here (pipelines: each tied
+        tensor once; the norm is then summed over the pipeline ranks, see step.py)."""
+        return list(self.pipeline.owned_parameters() if self.pipeline is not None else self.model.parameters())
+
     def _names(self) -> list[str]:
         # The optimizer was built from plain.parameters(): the same order (tied weights once).
         return [name for name, _ in self.plain.named_parameters()]
@@ -100,9 +121,17 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
 
     layout = par.validate(cfg.parallel, nd.get_world_size())
     mesh = par.build_mesh(layout, device_type=device.type)
-    par.parallelize_model(model, layout, mesh, type(task).parallel_plan())
-    return Placement(model, model, par.dp_rank(mesh), par.dp_size(mesh), leader=par.is_dp_leader(mesh),
-                     sharded=True, min_rows=1 if layout.tp > 1 else 0)
+    where = dict(dp_rank=par.dp_rank(mesh), dp_size=par.dp_size(mesh), leader=par.is_dp_leader(mesh), sharded=True,
+                 min_rows=1 if layout.tp > 1 else 0)
+    if layout.pp == 1:
+        par.parallelize_model(model, layout, mesh, type(task).parallel_plan())
+        return Placement(model, model, **where)
+    indices = parameter_indices(model)  # before the stages replace parameters by shards
+    # Fixed micro-batch rows: a full global batch's share fills the micro-batches exactly.
+    rows = math.ceil(cfg.training.global_batch_size / layout.dp_size / layout.microbatches)
+    runner = par.build_pipeline(model, layout, mesh, type(task).parallel_plan(), task.sample_loss, rows, device)
+    return Placement(par.stage_view(runner.modules), par.PipelineForward(runner), **where, pipeline=runner,
+                     indices=indices)
 
 
 def _full(cpu_offload: bool) -> Any:

@@ -15,12 +15,32 @@ import neural_arch.distributed as nd
 from neural_arch.distributed.parallel.weighting import data_parallel_loss, pad_rows
 from neural_arch.training.builders import autocast_context
 from neural_arch.training.components import TrainingComponents
+from neural_arch.training.placement import Placement
 
 
 def train_step(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor:
     """One optimizer step on one global batch; returns this rank's (loss sum, samples)."""
-    cfg, place = parts.cfg, parts.placement
+    place = parts.placement
     parts.optimizer.zero_grad(set_to_none=True)
+    local = _pipeline_pass(parts, batch) if place.pipeline is not None else _accumulate(parts, batch)
+    parts.scaler.unscale_(parts.optimizer)
+    # The gradients were averaged over ranks, so this norm (and the decision below) is the
+    # same on every rank without another collective (a pipeline adds its ranks' parts).
+    norm = gradient_norm(place)  # one read of the gradients (clip_grad_norm_ with inf also rescales)
+    if parts.cfg.training.grad_clip is not None and torch.isfinite(norm):
+        clip_to([q.grad for q in place.model.parameters() if q.grad is not None], parts.cfg.training.grad_clip, norm)
+    if not torch.isfinite(norm) and not parts.scaler.is_enabled():  # fp16's scaler skips such steps itself
+        _non_finite(parts, local)
+        return local
+    parts.scaler.step(parts.optimizer)
+    parts.scaler.update()
+    parts.scheduler.step()
+    return local
+
+
+def _accumulate(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor:
+    """Forward and backward of this rank's share in ``grad_accum_steps`` parts; (loss sum, samples)."""
+    cfg, place = parts.cfg, parts.placement
     ids = torch.tensor(batch, dtype=torch.long)
     local = torch.zeros(2, dtype=torch.float64)
     micro = torch.tensor_split(ids, cfg.training.grad_accum_steps)
@@ -38,20 +58,30 @@ def train_step(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor:
         if place.leader:  # tensor-parallel peers computed the same samples: count them once
             local[0] += per_sample.detach()[: len(part)].double().sum().cpu()
     local[1] = len(batch) if place.leader else 0
-    parts.scaler.unscale_(parts.optimizer)
-    # The gradients were averaged over ranks, so this norm (and the decision below) is the
-    # same on every rank without another collective.
-    grads = [q.grad for q in place.model.parameters() if q.grad is not None]
-    norm = total_norm(grads)  # one read of the gradients (clip_grad_norm_ with inf also rescales)
-    if cfg.training.grad_clip is not None and torch.isfinite(norm):
-        clip_to(grads, cfg.training.grad_clip, norm)
-    if not torch.isfinite(norm) and not parts.scaler.is_enabled():  # fp16's scaler skips such steps itself
-        _non_finite(parts, local)
-        return local
-    parts.scaler.step(parts.optimizer)
-    parts.scaler.update()
-    parts.scheduler.step()
     return local
+
+
+def _pipeline_pass(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor:
+    """The pipeline schedule's forwards and backwards over this rank's share; (loss sum, samples)."""
+    place, task = parts.placement, parts.task
+    ids = torch.tensor(batch, dtype=torch.long)
+    with autocast_context(parts.cfg, parts.device):
+        inputs, targets = task.split_batch(task.batch("train", ids, parts.device))
+        # Micro-batches are the schedule's; each loss is weighted by the global batch (step.py of the library).
+        total = place.pipeline.step(inputs, targets, batch.global_size)
+    if not place.leader:  # pipeline and tensor peers return the same sum: count it once
+        return torch.zeros(2, dtype=torch.float64)
+    return torch.tensor([total, float(len(batch))], dtype=torch.float64)
+
+
+def gradient_norm(place: Placement) -> torch.Tensor:
+    """The 2-norm of the whole model's gradient, the same on every rank."""
+    norm = total_norm([q.grad for q in place.norm_parameters() if q.grad is not None])
+    if place.pipeline is None:
+        return norm
+    squared = (norm.double() ** 2).reshape(1)  # each pipeline rank holds some stages' gradients
+    torch.distributed.all_reduce(squared, group=place.pipeline.group)
+    return squared.sqrt()[0].to(norm.dtype)
 
 
 def padded(batch: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:

@@ -135,6 +135,22 @@ class Task:
         """Per-sample training loss, shape [n]."""
         raise NotImplementedError
 
+    def split_batch(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        """(the model's input, the targets: a tensor or a dict/list of tensors, one row per sample);
+        with ``sample_loss``, what a pipeline layout (``parallel.pp > 1``) needs: there the
+        model runs on several ranks and only the last one sees the output."""
+        raise NotImplementedError
+
+    def sample_loss(self, output: torch.Tensor, targets: Any) -> torch.Tensor:
+        """Per-sample training loss [n] from the model's output and ``split_batch``'s targets
+        (``loss(model, batch)`` must equal ``sample_loss(model(inputs), targets)``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def splits_loss(cls) -> bool:
+        """Whether the task implements ``split_batch`` and ``sample_loss`` (pipelines need both)."""
+        return cls.split_batch is not Task.split_batch and cls.sample_loss is not Task.sample_loss
+
     def eval_sums(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """float64 vector of sums over the batch's samples (added over ranks by the loop)."""
         raise NotImplementedError

@@ -118,7 +118,7 @@ def _one_step(parts: TrainingComponents, batch: nd.IndexBatch, record: LoopRecor
     parts.step += 1
     record.step_times.append(time.perf_counter() - tick)
     record.samples += batch.global_size
-    if cfg.logging.record_samples:
+    if cfg.logging.record_samples and parts.placement.leader:  # tensor/pipeline peers saw the same ids
         with open(run_dir / "logs" / f"samples_rank_{nd.get_rank()}.jsonl", "a") as f:
             f.write(f'{{"step": {parts.step}, "ids": {list(batch)}}}\n')
     row: dict[str, float] = {}

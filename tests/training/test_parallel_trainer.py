@@ -14,11 +14,16 @@ from pathlib import Path
 import pytest
 
 from tests.apps.gpt.helpers import make_corpus
-from tests.training.test_trainer import BASE, assert_params, cli, final_params, gpt_args, launch_fault, metrics
+from tests.training.test_trainer import (
+    BASE, assert_params, cli, final_params, gpt_args, launch_fault, metrics, sample_ids,
+)
 
 pytestmark = pytest.mark.multiprocess  # every test here launches ranks
 
-EVERY_STEP = ["--set", "logging.every_steps=1", "training.val_every=5", "schedule.decay=constant"]
+EVERY_STEP = ["--set", "logging.every_steps=1", "training.val_every=5", "schedule.decay=constant",
+              "logging.record_samples=true"]
+BATCH_8 = "training.global_batch_size=8"  # 27 samples: the last batch has 3, so one of 4 shares is empty
+PIPE = ["parallel.pp=2", "parallel.microbatches=3"]  # 6 samples per global batch: 2 per micro-batch
 
 
 @pytest.fixture(scope="module")
@@ -60,29 +65,63 @@ def reference(corpus, tmp_path_factory) -> Path:
     ["parallel.tp=2"],                                           # tensor parallel: heads split
     ["parallel.dp_shard=2", "parallel.activation_checkpointing=1", "parallel.reshard_after_forward=false"],
     ["parallel.dp_shard=2", "parallel.tp=2"],                    # 2-D: FSDP over tensor-parallel shards, 4 ranks
-], ids=["fsdp2", "tp2", "fsdp2+checkpointing", "fsdp2+tp2"])
+    ["parallel.dp_replicate=2", "parallel.dp_shard=2", BATCH_8],  # HSDP: 2 replicas of a 2-way shard, 4 ranks
+    ["parallel.pp=2", "parallel.microbatches=2", "parallel.pp_schedule=gpipe"],  # 3 + 3 rows, the last 2 + 1
+    [*PIPE, "parallel.pp_schedule=1f1b"],
+    [*PIPE, "parallel.dp_shard=2"],                              # 2 pipelines of 2 stages, FSDP across, 4 ranks
+], ids=["fsdp2", "tp2", "fsdp2+checkpointing", "fsdp2+tp2", "hsdp2x2", "pp2-gpipe", "pp2-1f1b", "pp2+fsdp2"])
 def test_layout_equals_one_process(corpus, reference, tmp_path, layout):
-    procs = 4 if "parallel.tp=2" in layout and "parallel.dp_shard=2" in layout else 2
+    sizes = {"parallel.tp=2": 2, "parallel.dp_shard=2": 2, "parallel.dp_replicate=2": 2, "parallel.pp=2": 2}
+    procs = math.prod(sizes.get(item, 1) for item in layout)
+    if BATCH_8 in layout:  # 4 data-parallel ranks need a batch they divide: its own reference
+        reference = tmp_path / "reference"
+        train(reference, corpus, 10, "--set", BATCH_8)
     train(tmp_path / "run", corpus, 10, "--set", *layout, procs=procs)
     assert_same_run(tmp_path / "run", reference)
+    assert same_samples(tmp_path / "run", reference)
 
 
 @pytest.mark.timeout(600)
-def test_saved_on_fsdp_resumes_on_one_process_and_on_tensor_parallel(corpus, tmp_path):
-    whole = tmp_path / "whole"
-    train(whole, corpus, 10)
+def test_saved_on_fsdp_resumes_on_one_process_and_on_tensor_parallel(corpus, reference, tmp_path):
     for name, layout, procs in (("one", [], 1), ("tp", ["parallel.tp=2"], 2)):
         run = tmp_path / name
         train(run, corpus, 5, "--set", "parallel.dp_shard=2", procs=2)
         train(run, corpus, 10, *(["--set", *layout] if layout else []), procs=procs)
         assert "resumed from step 5" in (run / "logs" / "rank_0.log").read_text()
-        assert_params(final_params(run), final_params(whole), atol=1e-10)
+        assert_resumed_exactly(run, reference)
+
+
+def same_samples(run: Path, reference: Path) -> bool:
+    """Each step saw the reference step's sample ids, each once (tensor/pipeline peers record none)."""
+    ids = {step: sorted(ids) for step, ids in sample_ids(run, 1).items()}
+    return ids == {step: sorted(ids) for step, ids in sample_ids(reference, 1).items()}
+
+
+def assert_resumed_exactly(run: Path, whole: Path) -> None:
+    """Final parameters within 1e-10 of the uninterrupted run, and the same sample ids at every step."""
+    assert_params(final_params(run), final_params(whole), atol=1e-10)
+    assert same_samples(run, whole)  # none skipped or repeated across the resume
+
+
+@pytest.mark.timeout(600)
+def test_saved_on_one_process_resumes_on_an_interleaved_pipeline(corpus, tmp_path):
+    """4 blocks, 2 stages per pipeline rank (stages 0 and 2 on rank 0): the checkpoint is loaded
+    into, and the final one gathered from, two stages per rank."""
+    blocks = ["--set", "model.n_layers=4"]
+    train(tmp_path / "whole", corpus, 10, *blocks)
+    run = tmp_path / "run"
+    train(run, corpus, 5, *blocks)
+    train(run, corpus, 10, *blocks, "parallel.pp=2", "parallel.microbatches=2",
+          "parallel.pp_schedule=interleaved_1f1b", procs=2)
+    assert "resumed from step 5" in (run / "logs" / "rank_0.log").read_text()
+    assert_resumed_exactly(run, tmp_path / "whole")
 
 
 @pytest.mark.parametrize("layout, words", [
     (["parallel.dp_shard=3"], "= 3 but the world has 2 processes"),
     (["parallel.tp=2", "parallel.dp_shard=2"], "= 4 but the world has 2 processes"),
-    (["parallel.pp=2", "parallel.microbatches=2"], "does not run pipelines yet"),
+    (["parallel.pp=2", "parallel.microbatches=4"], "not divisible by parallel dp_size 1 x parallel.microbatches 4"),
+    ([*PIPE, "training.grad_accum_steps=2"], "a pipeline already accumulates over parallel.microbatches"),
     (["parallel.pp=2"], "microbatches=1 is less than pp=2"),
     (["parallel.tp=2", "model.n_heads=1"], "does not divide the model's 1 attention heads"),
     (["parallel.tp=2", "regression"], "run.task='regression' has none"),  # an app without a plan

@@ -143,15 +143,24 @@ class GPTTask(Task):
 
     def _nats(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Cross-entropy in nats per position [n, context] (0 at masked positions)."""
-        logits = model(batch["x"])
+        return self._nats_of(model(batch["x"]), batch["y"])
+
+    @staticmethod
+    def _nats_of(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()  # the softmax of half-precision logits loses bits per byte
-        nats = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["y"].reshape(-1), ignore_index=IGNORE,
+        nats = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE,
                                reduction="none")
-        return nats.view(batch["y"].shape)
+        return nats.view(y.shape)
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self._nats(model, batch).mean(dim=1)
+        return self.sample_loss(model(batch["x"]), batch["y"])
+
+    def split_batch(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch["x"], batch["y"]
+
+    def sample_loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self._nats_of(output, targets).mean(dim=1)
 
     def eval_sums(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         nats = self._nats(model, batch).double().sum()

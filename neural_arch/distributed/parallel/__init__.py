@@ -7,6 +7,7 @@ Use (inside an initialised process group; world size = dp_replicate*dp_shard*tp*
     mesh = build_mesh(layout)
     model = parallelize_model(model, layout, mesh, plan)           # pp == 1: TP, then AC, then FSDP
     pipe = build_pipeline(model, layout, mesh, plan, sample_loss, microbatch_size)  # pp > 1
+    view, whole = stage_view(pipe.modules), PipelineForward(pipe)  # full names; forward for validation
     loss = data_parallel_loss(per_sample_losses, global_count, dp_size(mesh))
     dcp.save(dcp_savable({"model": model_sd, "optim": optim_sd}), checkpoint_id=path)  # checkpoint_layout.py
 
@@ -26,17 +27,19 @@ from neural_arch.distributed.parallel.layout import (
 )
 from neural_arch.distributed.parallel.mesh import MESH_DIMS, build_mesh, dp_mesh, dp_rank, dp_size, is_dp_leader
 from neural_arch.distributed.parallel.pipeline import SCHEDULES, build_pipeline, even_split, local_stages
+from neural_arch.distributed.parallel.pipeline_forward import PipelineForward
 from neural_arch.distributed.parallel.plan import ParallelPlan, StageBuilder, apply_layout, check_plan, parallelize_model
+from neural_arch.distributed.parallel.stage_view import stage_view
 from neural_arch.distributed.parallel.step import PipelineRunner, SampleLoss, TiedParameters
 from neural_arch.distributed.parallel.tensor import FusedColwiseParallel, TensorPlan, apply_tensor_parallel
 from neural_arch.distributed.parallel.weighting import data_parallel_loss, pad_rows
 
 __all__ = [
     "DTYPES", "MESH_DIMS", "PP_SCHEDULES", "SCHEDULES",
-    "FusedColwiseParallel", "ParallelLayout", "ParallelPlan", "PipelineRunner", "SampleLoss", "StageBuilder",
+    "FusedColwiseParallel", "ParallelLayout", "ParallelPlan", "PipelineForward", "PipelineRunner", "SampleLoss", "StageBuilder",
     "TensorPlan", "TiedParameters",
     "apply_activation_checkpointing", "apply_fsdp", "apply_layout", "apply_tensor_parallel", "build_mesh",
     "build_pipeline", "check_plan", "data_parallel_loss", "dcp_restore", "dcp_savable", "dp_mesh", "dp_rank", "dp_size", "even_split",
     "fsdp_mesh", "is_dp_leader", "layout_from_dict", "local_stages", "mixed_precision", "needs_fsdp",
-    "pad_rows", "parallelize_model", "validate", "validate_model",
+    "pad_rows", "parallelize_model", "stage_view", "validate", "validate_model",
 ]

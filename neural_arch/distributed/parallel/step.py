@@ -75,9 +75,14 @@ class PipelineRunner:
             raise ValueError(f"build_pipeline: microbatch_size={microbatch_size} must be >= 1")
         self.modules = modules
         """This rank's stage modules (parameter names as in the full model): optimizer and checkpoints."""
+        self.stage_ids = [stage.stage_index for stage in stages]
+        """Pipeline stage index of each of ``modules``."""
+        self.num_stages, self.pp = layout.num_stages, layout.pp
         self.capacity = layout.microbatches * microbatch_size
         self._dp_size, self._sample_loss = layout.dp_size, sample_loss
-        self._group = mesh["pp"].get_group()
+        self.group = mesh["pp"].get_group()
+        """The pipeline ranks of this rank's data-parallel (and tensor) coordinate."""
+        self._tied_names = tied.groups
         self._last_rank = (layout.num_stages - 1) % layout.pp  # pipeline rank holding the last stage
         self._tied = [(g, tied.local(modules, g)) for g in tied.groups]
         self._tied_shapes = self._agree_tied_shapes()
@@ -92,6 +97,19 @@ class PipelineRunner:
                 if id(p) not in seen:
                     seen.add(id(p))
                     yield p
+
+    def owned_parameters(self) -> Iterator[nn.Parameter]:
+        """``parameters()`` less the copies of a tied parameter held under any but its first name,
+        so that a sum over the pipeline ranks (a gradient norm) counts each tensor once."""
+        later = {name for group in self._tied_names for name in group[1:]}
+        first = {name for group in self._tied_names for name in group[:1]}
+        skip: set[int] = set()
+        for module in self.modules:
+            names = {}
+            for name, p in module.named_parameters(remove_duplicate=False):
+                names.setdefault(id(p), set()).add(name)
+            skip.update(pid for pid, held in names.items() if held & later and not held & first)
+        return (p for p in self.parameters() if id(p) not in skip)
 
     def step(self, inputs: torch.Tensor, targets: Any, global_count: int) -> float:
         """Forward and backward of this data-parallel share; returns its sum of per-sample losses.
@@ -114,7 +132,7 @@ class PipelineRunner:
         total = torch.stack([self._sums[k] for k in sorted(self._sums)]).sum() if self._sums \
             else torch.zeros((), dtype=torch.float64)
         total = total.to(torch.float64).reshape(1).clone()
-        dist.broadcast(total, group=self._group, group_src=self._last_rank)
+        dist.broadcast(total, group=self.group, group_src=self._last_rank)
         return float(total.item())
 
     def _pad(self, t: torch.Tensor) -> torch.Tensor:
@@ -133,8 +151,8 @@ class PipelineRunner:
         """Local (sharded) shape of each tied group, learnt from a rank holding it, for the ranks
         that hold none and take part in the sum with zeros."""
         mine = [(_local(ps[0]).shape, ps[0].dtype) if ps else None for _, ps in self._tied]
-        everyone: list[Any] = [None] * dist.get_world_size(self._group)
-        dist.all_gather_object(everyone, mine, group=self._group)
+        everyone: list[Any] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(everyone, mine, group=self.group)
         return [next((r[i] for r in everyone if r[i] is not None), None) for i in range(len(self._tied))]
 
     def _sum_tied_gradients(self) -> None:
@@ -143,7 +161,7 @@ class PipelineRunner:
                 continue  # no stage holds it (cannot happen for a declared group)
             grads = [_local(p.grad) for p in params if p.grad is not None]
             total = torch.stack(grads).sum(0) if grads else torch.zeros(meta[0], dtype=meta[1])
-            dist.all_reduce(total, group=self._group)
+            dist.all_reduce(total, group=self.group)
             for p in params:
                 assert p.grad is not None, f"tied parameter {names[0]} got no gradient on its stage"
                 _local(p.grad).copy_(total)

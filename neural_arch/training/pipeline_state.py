@@ -1,0 +1,93 @@
+"""Full single-process checkpoint state of a pipeline layout, and loading it back.
+
+Used by placement.py when ``parallel.pp > 1``: ``pipeline_model_state(view, group)`` and
+``pipeline_optimizer_state(...)`` on every rank (rank 0 gets the whole model's state, the
+others an empty dict), ``load_pipeline_state(...)`` on every rank with the full state of a
+run on any layout.
+
+Each rank holds some stages, seen as one module with the full model's names
+(``stage_view``); DCP's state-dict API gathers their tensors from FSDP/tensor-parallel
+shards, and the pipeline ranks send their parts to pipeline rank 0. Optimizer state is
+keyed by parameter index in the full model's order, as ``optimizer.state_dict()`` of one
+process: a tied parameter held by two stages (``embed.weight`` / ``head.weight``) has one
+index, and its two copies hold the same state (they take identical steps).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule
+
+_EVERY_RANK = StateDictOptions(full_state_dict=True, cpu_offload=False)
+
+
+def parameter_indices(model: nn.Module) -> dict[str, int]:
+    """Every parameter name of ``model`` (tied ones under each name) -> its index in ``model.parameters()``."""
+    ids: dict[int, int] = {}
+    return {name: ids.setdefault(id(p), len(ids)) for name, p in model.named_parameters(remove_duplicate=False)}
+
+
+def pipeline_model_state(view: nn.Module, group: dist.ProcessGroup) -> dict[str, Any]:
+    """The whole model's state on pipeline rank 0 of ``group`` (an empty dict elsewhere)."""
+    _reshard(view)
+    mine = {k: v.cpu() for k, v in get_model_state_dict(view, options=_EVERY_RANK).items()}
+    full: dict[str, Any] = {}
+    for part in _gather(mine, group):
+        full.update(part)
+    return full
+
+
+def pipeline_optimizer_state(view: nn.Module, optimizer: torch.optim.Optimizer, group: dist.ProcessGroup,
+                             indices: dict[str, int]) -> dict[str, Any]:
+    """The whole model's optimizer state, keyed by index, on pipeline rank 0 of ``group`` ({} elsewhere)."""
+    _reshard(view)
+    optim = get_optimizer_state_dict(view, optimizer, options=_EVERY_RANK)
+    if len(optim["param_groups"]) != 1:
+        raise ValueError("pipeline checkpoints hold one optimizer parameter group; the optimizer has "
+                         f"{len(optim['param_groups'])}")
+    mine = ({name: _to_cpu(s) for name, s in optim["state"].items()}, optim["param_groups"][0])
+    parts = _gather(mine, group)
+    if not parts:
+        return {}
+    state = {indices[name]: value for part, _ in parts for name, value in part.items()}
+    return {"state": state, "param_groups": [{**parts[0][1], "params": sorted(set(indices.values()))}]}
+
+
+def _gather(mine: Any, group: dist.ProcessGroup) -> list[Any]:
+    """Every pipeline rank's ``mine`` on pipeline rank 0 (in rank order); [] on the others."""
+    first = dist.get_rank(group) == 0
+    parts: list[Any] = [None] * dist.get_world_size(group) if first else []
+    dist.gather_object(mine, parts if first else None, group=group, group_dst=0)
+    return parts
+
+
+def load_pipeline_state(view: nn.Module, optimizer: torch.optim.Optimizer, indices: dict[str, int],
+                        model_state: dict[str, Any], optim_state: dict[str, Any]) -> None:
+    """Load a full single-process state into this rank's stages and the optimizer over them."""
+    _reshard(view)
+    mine = view.state_dict(keep_vars=True).keys()
+    set_model_state_dict(view, {k: model_state[k] for k in mine}, options=_EVERY_RANK)
+    names = {id(p): name for name, p in view.named_parameters()}
+    ordered = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    state = {name: optim_state["state"][indices[name]] for name in ordered if indices[name] in optim_state["state"]}
+    group = {**optim_state["param_groups"][0], "params": ordered}
+    set_optimizer_state_dict(view, optimizer, {"state": state, "param_groups": [group]}, options=_EVERY_RANK)
+
+
+def _reshard(view: nn.Module) -> None:
+    # A stage's root FSDP module keeps its parameters gathered after an evaluation forward;
+    # the view bypasses that module's state-dict hooks, so put every group back in shards.
+    for module in view.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+def _to_cpu(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
