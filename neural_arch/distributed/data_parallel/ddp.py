@@ -1,8 +1,9 @@
 """``DistributedDataParallel``: torch DDP with working ``no_sync`` and ``sync_gradients``.
 
 Run: under a launcher, ``model = DistributedDataParallel(MyModel())`` then train as usual;
-``loss.backward()`` averages gradients across ranks. At world size 1 (or with no process
-group) the wrapper just calls the module: there is nothing to synchronise.
+``loss.backward()`` averages gradients across ranks. At world size 1 the wrapper just
+calls the module: there is nothing to synchronise. Built without a process group in a job
+the environment says has several ranks, it raises ``MissingProcessGroupError``.
 
 Built on ``torch.nn.parallel.DistributedDataParallel`` (bucketed all-reduce overlapped with
 backward). What this adds:
@@ -30,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
+from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime.process_group import get_rank, get_world_size
 
 
@@ -57,6 +59,7 @@ class DistributedDataParallel(nn.Module):
         **torch_ddp_options: Any,
     ) -> None:
         super().__init__()
+        require_process_group("DistributedDataParallel")
         if not isinstance(module, nn.Module):
             raise ValueError(f"DistributedDataParallel wraps an nn.Module, got {type(module).__name__}.")
         if not bucket_size_mb > 0:

@@ -31,6 +31,7 @@ from typing import Any, Iterator, Optional, Sized, Union
 import torch
 from torch.utils.data import Sampler
 
+from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime.process_group import get_rank, get_world_size
 
 
@@ -75,6 +76,8 @@ class DistributedSampler(Sampler):
                 "DistributedSampler needs exactly one of `dataset` or `dataset_size=`; "
                 f"got dataset={'set' if dataset is not None else None}, dataset_size={dataset_size!r}."
             )
+        if num_replicas is None or rank is None:  # taken from the process group: there must be one
+            require_process_group("DistributedSampler (without num_replicas= and rank=)")
         size = len(dataset) if dataset is not None else dataset_size
         self.dataset_size = _check_int("dataset_size", size, 0)
         self.num_replicas = _check_int(

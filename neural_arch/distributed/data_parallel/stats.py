@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from neural_arch.distributed.runtime.collectives import all_gather
+from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime.process_group import get_rank
 
 T = TypeVar("T", torch.Tensor, np.ndarray)
@@ -88,6 +89,7 @@ def global_mean_std(x: T, dim: Dims = 0, unbiased: bool = False) -> tuple[T, T]:
     the input's device) otherwise. ``unbiased=True`` divides by ``n - 1``. With no
     samples anywhere (or n <= 1 unbiased) the std is NaN, as in numpy.
     """
+    require_process_group("global_mean_std")  # before the try below turns its ValueError into a shape error
     data = _flatten_reduced(_as_float64(x), dim)
     n, mean, m2 = local_moments(data)
     # Shape [3, *features]: all_gather's shape check then compares every rank's per-sample

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from neural_arch.distributed.runtime.collectives import all_reduce
+from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime.process_group import get_world_size
 
 
@@ -28,6 +29,7 @@ def global_batch_loss(loss: torch.Tensor, global_count: Union[int, float]) -> to
     ``loss`` holds per-sample (or per-unit, e.g. per-cell) losses of this rank's share;
     ``global_count`` is how many samples (units) the whole global batch has over all ranks.
     """
+    require_process_group("global_batch_loss")
     if not global_count > 0:
         raise ValueError(
             f"global_batch_loss: global_count={global_count!r} must be > 0 (the number of samples "

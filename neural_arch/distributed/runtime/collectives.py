@@ -2,7 +2,9 @@
 
 Run: ``torchrun --nproc_per_node=2 script.py`` where the script calls
 ``init_process_group()`` then e.g. ``all_reduce(np.ones(3))``; under plain ``python``
-(world size 1, or no process group) every collective is the identity.
+(world size 1) every collective is the identity. Without a process group in a job the
+environment says has several ranks, every collective raises ``MissingProcessGroupError``
+(see ``guard.py``) instead of silently acting as a world of one.
 
 Every function is out-of-place: it returns a new tensor/array of the same kind (torch or
 numpy) and leaves its argument untouched. Before communicating, ranks exchange a tiny
@@ -20,6 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime.process_group import get_backend, get_rank, get_world_size
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
@@ -147,6 +150,7 @@ def _finish_average(t: torch.Tensor, op: ReduceOp, world_size: int) -> torch.Ten
 
 def all_reduce(tensor: T, op: Union[ReduceOp, str] = ReduceOp.SUM, *, check: bool = True) -> T:
     """Element-wise reduction over all ranks; every rank gets the result (default SUM)."""
+    require_process_group("all_reduce")
     op = ReduceOp.parse(op)
     buf, back = _to_tensor(tensor)
     size = get_world_size()
@@ -159,6 +163,7 @@ def all_reduce(tensor: T, op: Union[ReduceOp, str] = ReduceOp.SUM, *, check: boo
 
 def broadcast(tensor: T, src: int = 0, *, check: bool = True) -> T:
     """Every rank gets ``src``'s tensor; the others must pass one of the same shape/dtype."""
+    require_process_group("broadcast")
     size = get_world_size()
     if not 0 <= src < size:
         raise ValueError(f"broadcast: src={src} is not a rank of this world (0..{size - 1}).")
@@ -175,6 +180,7 @@ def all_gather(tensor: T, *, check: bool = True) -> list[T]:
 
     With ``check=False`` the shape exchange is skipped, so all shapes must be equal.
     """
+    require_process_group("all_gather")
     buf, back = _to_tensor(tensor)
     size = get_world_size()
     if size == 1:
@@ -203,6 +209,7 @@ def reduce_scatter(tensor: T, op: Union[ReduceOp, str] = ReduceOp.SUM, *, check:
 
     The first dimension must be divisible by the world size.
     """
+    require_process_group("reduce_scatter")
     op = ReduceOp.parse(op)
     buf, back = _to_tensor(tensor)
     size = get_world_size()
@@ -223,6 +230,7 @@ def reduce_scatter(tensor: T, op: Union[ReduceOp, str] = ReduceOp.SUM, *, check:
 
 def all_gather_object(obj: object) -> list[object]:
     """Every rank's picklable object, in rank order (identity list at world size 1)."""
+    require_process_group("all_gather_object")
     if get_world_size() == 1:
         return [obj]
     out: list[object] = [None] * get_world_size()

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
+from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime.heartbeat import start_heartbeat, stop_heartbeat
 
 DEFAULT_TIMEOUT = timedelta(minutes=10)
@@ -255,6 +256,7 @@ def get_backend() -> Optional[str]:
 
 def barrier() -> None:
     """Wait until every rank arrives (no-op at world size 1)."""
+    require_process_group("barrier")
     if get_world_size() > 1:
         dist.barrier()
 
