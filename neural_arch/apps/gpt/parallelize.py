@@ -15,6 +15,14 @@ Tensor parallelism (Megatron's pairing, heads split across ranks):
   them small), so the tied embedding/head matrix stays one parameter untouched by TP;
   FSDP then shards it once, in the root group, where both modules use it.
 
+Sequence parallelism (``parallel.sequence_parallel``): the residual stream is a DTensor
+sharded on the sequence (``Shard(1)``). The embedding's output, whole on every rank, is
+cut into sequence shards as it enters the stage's first block (no communication); ln1,
+ln2 and ln_f are ``SequenceParallel`` on their shard; qkv and mlp.0 all-gather their input,
+proj and mlp.2 reduce-scatter their output back to ``Shard(1)``; the head gets the whole
+sequence back (an all-gather) and returns plain logits. A pipeline stage without the head
+gathers its last block's output instead, so stage boundaries carry plain whole tensors.
+
 Pipeline: a stage is ``GPTStage`` (embedding on the first, final norm and head on the
 last, a range of blocks on each) with the full model's parameter names. The tied matrix
 is used by the first and the last stage, on different ranks: the pipeline keeps one copy
@@ -25,7 +33,11 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel, ParallelStyle, PrepareModuleInput, PrepareModuleInputOutput, PrepareModuleOutput, RowwiseParallel,
+    SequenceParallel,
+)
 
 from neural_arch.apps.gpt.model import GPT
 from neural_arch.distributed.parallel import FusedColwiseParallel, ParallelPlan, TensorPlan
@@ -53,7 +65,34 @@ def tensor_plan(module: nn.Module) -> TensorPlan:
         "blocks.*.mlp.2": RowwiseParallel(),
     }
     names = dict(module.named_parameters(remove_duplicate=False))
-    return TensorPlan(styles=styles, tied=(TIED,) if all(n in names for n in TIED) else ())
+    return TensorPlan(styles=styles, tied=(TIED,) if all(n in names for n in TIED) else (),
+                      sequence_parallel=sequence_parallel_styles(module))
+
+
+def sequence_parallel_styles(module: nn.Module) -> dict[str, ParallelStyle]:
+    """The styles that ``sequence_parallel`` adds to or replaces in ``tensor_plan``'s for a GPT or a stage."""
+    names = [name for name, _ in module.blocks.named_children()]  # "0".. in a GPT, global indices in a stage
+    styles: dict[str, ParallelStyle] = {
+        "blocks.*.ln1": SequenceParallel(),
+        "blocks.*.ln2": SequenceParallel(),
+        "blocks.*.attn.proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+        "blocks.*.mlp.0": ColwiseParallel(input_layouts=Shard(1)),
+        "blocks.*.mlp.2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+    }
+    whole, shards = (Replicate(),), (Shard(1),)
+    if hasattr(module, "head"):
+        styles["ln_f"] = SequenceParallel()
+        styles["head"] = PrepareModuleInput(input_layouts=shards, desired_input_layouts=whole, use_local_output=True)
+    elif len(names) > 1:  # a pipeline stage before the last hands the next one a plain whole tensor
+        styles[f"blocks.{names[-1]}"] = PrepareModuleOutput(output_layouts=shards, desired_output_layouts=whole)
+    else:  # ... and its only block both cuts and gathers
+        styles[f"blocks.{names[0]}"] = PrepareModuleInputOutput(
+            input_layouts=whole, desired_input_layouts=shards, use_local_input=False,
+            output_layouts=shards, desired_output_layouts=whole)
+        return styles
+    # whole on every rank (the embedding's output or the previous stage's), cut locally
+    styles[f"blocks.{names[0]}"] = PrepareModuleInput(input_layouts=whole, desired_input_layouts=shards)
+    return styles
 
 
 class GPTStage(nn.Module):

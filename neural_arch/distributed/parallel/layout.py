@@ -39,6 +39,9 @@ class ParallelLayout:
     """Ranks that shard parameters, gradients and optimizer state (FSDP2, ZeRO-3) and see different samples."""
     tp: int = 1
     """Tensor-parallel ranks: each holds a slice of every sharded matrix (heads, MLP columns)."""
+    sequence_parallel: bool = False
+    """With tp > 1: norms, dropout and the residual stream run on 1/tp of the sequence per rank
+    (the app's sequence-parallel styles); all-gather + reduce-scatter replace each all-reduce."""
     pp: int = 1
     """Pipeline ranks: each runs a contiguous range of blocks."""
     pp_schedule: PipelineSchedule = "1f1b"
@@ -84,6 +87,7 @@ def validate(layout: ParallelLayout, world_size: int) -> ParallelLayout:
         value = getattr(layout, key)
         if value is not None:
             _check_choice(key, value, tuple(DTYPES))
+    _check_sequence_parallel(layout)
     if layout.world_size != world_size:
         raise ValueError(
             f"parallel: dp_replicate*dp_shard*tp*pp = {layout.dp_replicate}*{layout.dp_shard}*{layout.tp}*{layout.pp}"
@@ -119,6 +123,14 @@ def layout_from_dict(values: dict[str, Any]) -> ParallelLayout:
         if key not in known:
             raise ValueError(f"parallel: unknown key {key!r}; expected one of {sorted(known)}")
     return ParallelLayout(**values)
+
+
+def _check_sequence_parallel(layout: ParallelLayout) -> None:
+    if not isinstance(layout.sequence_parallel, bool):
+        raise ValueError(f"parallel.sequence_parallel={layout.sequence_parallel!r} must be true or false")
+    if layout.sequence_parallel and layout.tp == 1:
+        raise ValueError("parallel.sequence_parallel=true splits the sequence over tensor-parallel ranks but tp=1; "
+                         "set tp >= 2 or sequence_parallel=false")
 
 
 def _round_up(value: int, multiple: int) -> int:

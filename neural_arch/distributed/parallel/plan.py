@@ -33,7 +33,9 @@ class ParallelPlan:
     blocks: Callable[[nn.Module], Sequence[nn.Module]]
     """The model's repeated blocks, in order (FSDP groups, checkpointing, pipeline split units)."""
     tensor_plan: Optional[Callable[[nn.Module], TensorPlan]] = None
-    """Column/row-wise styles for a model; None: the app has no tensor-parallel plan."""
+    """Column/row-wise styles for a model or a pipeline stage (with its sequence-parallel variant in
+    ``TensorPlan.sequence_parallel``, used when ``layout.sequence_parallel``); None: the app has no
+    tensor-parallel plan."""
     stage: Optional[StageBuilder] = None
     """Builds one pipeline stage from the full model; None: the app has no pipeline split."""
     split: Optional[Callable[[int, int], list[range]]] = None
@@ -53,6 +55,9 @@ def check_plan(plan: Optional[ParallelPlan], layout: ParallelLayout, model: nn.M
         return
     if layout.tp > 1 and plan.tensor_plan is None:
         raise ValueError(f"parallel.tp={layout.tp}: {app} has no tensor-parallel plan; set tp=1")
+    if layout.sequence_parallel and plan.tensor_plan is not None and plan.tensor_plan(model).sequence_parallel is None:
+        raise ValueError(f"parallel.sequence_parallel=true: {app}'s tensor plan has no sequence-parallel styles; "
+                         "set sequence_parallel=false")
     if layout.pp > 1 and plan.stage is None:
         raise ValueError(f"parallel.pp={layout.pp}: {app} has no pipeline split; set pp=1")
     validate_model(layout, len(plan.blocks(model)), plan.heads(model) if plan.heads else None)
@@ -79,7 +84,7 @@ def apply_layout(module: nn.Module, layout: ParallelLayout, mesh: DeviceMesh, pl
     (global indices from ``first_block``, which "every k-th block" counts)."""
     if layout.tp > 1:
         assert plan is not None and plan.tensor_plan is not None  # check_plan said so
-        apply_tensor_parallel(module, mesh, plan.tensor_plan(module))
+        apply_tensor_parallel(module, mesh, plan.tensor_plan(module), layout.sequence_parallel)
     if layout.activation_checkpointing:
         apply_activation_checkpointing(blocks, layout.activation_checkpointing, first_block)
     if needs_fsdp(layout):

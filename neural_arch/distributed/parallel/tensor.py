@@ -8,12 +8,18 @@ Column-wise then row-wise (Megatron's pairing) needs one all-reduce per pair in 
 and one in backward; everything between runs on this rank's slice (its heads, its MLP
 columns) as plain tensors. ``FusedColwiseParallel`` shards a fused projection such as
 attention's [q; k; v] by parts, so each rank holds the same heads of q, k and v.
+
+Sequence parallelism (``apply_tensor_parallel(..., sequence_parallel=True)``, the layout's
+``sequence_parallel``) adds the plan's ``TensorPlan.sequence_parallel`` styles: between the
+pairs the residual stream is a DTensor sharded on the sequence dim (``Shard(1)``), so norms
+and dropout hold 1/tp of the tokens; each column-wise input is all-gathered and each
+row-wise output reduce-scattered, the same bytes as the all-reduce they replace.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -30,6 +36,9 @@ class TensorPlan:
     """Submodule name (``parallelize_module`` patterns, e.g. ``blocks.*.mlp.0``) -> its style."""
     tied: tuple[tuple[str, str], ...] = ()
     """Pairs of parameter names that are one tensor (weight tying); checked to stay one after the plan."""
+    sequence_parallel: Optional[dict[str, ParallelStyle]] = None
+    """Styles replacing or added to ``styles`` under sequence parallelism (norms as ``SequenceParallel``,
+    row-wise outputs ``Shard(1)``, the model's sequence entry and exit points); None: the app offers none."""
 
 
 class FusedColwiseParallel(ParallelStyle):
@@ -42,6 +51,9 @@ class FusedColwiseParallel(ParallelStyle):
     over the ranks), so ``full_tensor()`` and checkpoints see the unchanged [q; k; v]
     matrix while the local output, [q_r, k_r, v_r] on the last dim, is what the model's
     own ``view(..., parts, -1, head_dim)`` expects of a projection holding fewer heads.
+
+    An input that is a DTensor (e.g. sequence-sharded ``Shard(1)`` under sequence parallelism)
+    is all-gathered to ``Replicate``; a plain tensor is taken as whole on every rank.
 
     The bias stays whole on every rank (DTensor slices it locally to match the output).
     This keeps FSDP composable: FSDP cuts a rank's local tensor into contiguous rows, which
@@ -68,9 +80,12 @@ class FusedColwiseParallel(ParallelStyle):
     @staticmethod
     def _input(mod: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh) -> DTensor:
         x = inputs[0]
-        # Every tensor-parallel rank holds the whole input; its backward all-reduces the
-        # input's gradient (each rank's heads contribute a part of it).
-        return x if isinstance(x, DTensor) else DTensor.from_local(x, mesh, (Replicate(),), run_check=False)
+        # Every tensor-parallel rank needs the whole input; its backward all-reduces the
+        # input's gradient (each rank's heads contribute a part of it), or reduce-scatters it
+        # back to the sequence shards when the input came sequence-sharded.
+        if not isinstance(x, DTensor):
+            return DTensor.from_local(x, mesh, (Replicate(),), run_check=False)
+        return x if x.placements == (Replicate(),) else x.redistribute(mesh, (Replicate(),))
 
     def _output(self, mod: nn.Module, out: DTensor, mesh: DeviceMesh) -> Any:
         placement = out.placements[0]
@@ -87,13 +102,40 @@ class FusedColwiseParallel(ParallelStyle):
                                  lambda mod, out, mesh: self._output(mod, out, mesh))
 
 
-def apply_tensor_parallel(model: nn.Module, mesh: DeviceMesh, plan: TensorPlan) -> nn.Module:
-    """Shard ``model``'s submodules over the mesh's ``tp`` dim as ``plan`` says; returns ``model``."""
+def apply_tensor_parallel(model: nn.Module, mesh: DeviceMesh, plan: TensorPlan,
+                          sequence_parallel: bool = False) -> nn.Module:
+    """Shard ``model``'s submodules over the mesh's ``tp`` dim as ``plan`` says; returns ``model``.
+
+    ``sequence_parallel``: also apply ``plan.sequence_parallel`` (a one-line error if it is None).
+    """
     tp = mesh["tp"] if mesh.mesh_dim_names and "tp" in mesh.mesh_dim_names else mesh
-    parallelize_module(model, tp, plan.styles)
+    styles = dict(plan.styles)
+    if sequence_parallel:
+        if plan.sequence_parallel is None:
+            raise ValueError("parallel.sequence_parallel=true but the app's tensor plan has no sequence-parallel "
+                             "styles; set sequence_parallel=false")
+        styles.update(plan.sequence_parallel)
+    parallelize_module(model, tp, styles)
+    for param in model.parameters():
+        if isinstance(param, DTensor) and all(isinstance(p, Replicate) for p in param.placements):
+            param.register_post_accumulate_grad_hook(_complete_grad)
     params = dict(model.named_parameters(remove_duplicate=False))
     for first, second in plan.tied:
         if params.get(first) is None or params.get(first) is not params.get(second):
             raise ValueError(f"tensor plan: {first} and {second} must stay one tensor (weight tying) but the plan "
                              "made them two; shard both alike or neither")
     return model
+
+
+def _complete_grad(param: nn.Parameter) -> None:
+    """Make a replicated parameter's gradient replicated too (complete and equal on every rank).
+
+    A norm that ran on this rank's sequence shard (sequence parallelism) leaves a ``Partial``
+    gradient: the sum over this rank's tokens only. DTensor would all-reduce it lazily in
+    every optimizer op that reads it; once here keeps gradient norms, clipping and the
+    optimizer on plain replicated values. (Under FSDP these parameters are replaced and FSDP
+    redistributes the gradient to the parameter's placement itself.)
+    """
+    grad = param.grad
+    if isinstance(grad, DTensor) and grad.placements != param.placements:
+        param.grad = grad.redistribute(param.device_mesh, param.placements)

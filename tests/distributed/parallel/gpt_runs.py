@@ -108,8 +108,8 @@ def runs_worker(rank: int, world: int, runs: list[Run]) -> list[dict[str, Any]]:
 
 
 def layout_run(setup: Setup, layout: ParallelLayout, plain_qkv: bool = False) -> dict[str, Any]:
-    """Train ``layout`` on this rank; returns its per-step global losses, full parameters and
-    how many numbers of each it holds itself."""
+    """Train ``layout`` on this rank; returns its per-step global losses, full parameters, how
+    many numbers of each it holds itself and the sequence lengths its norms ran on."""
     mesh = build_mesh(layout)
     model, plan = build_model(setup), parallel_plan()
     if plain_qkv:
@@ -123,7 +123,7 @@ def layout_run(setup: Setup, layout: ParallelLayout, plain_qkv: bool = False) ->
         modules = [parallelize_model(model, layout, mesh, plan)]
         params = list(model.parameters())
     opt = torch.optim.Adam(params, lr=setup.lr)
-    losses = []
+    losses, tokens = [], _norm_tokens(modules)
     for ids in shares:
         x, y = windows[ids, :-1], windows[ids, 1:]
         opt.zero_grad()
@@ -138,7 +138,23 @@ def layout_run(setup: Setup, layout: ParallelLayout, plain_qkv: bool = False) ->
     held = {name: (p.to_local() if isinstance(p, DTensor) else p).numel()
             for m in modules for name, p in m.named_parameters(remove_duplicate=False)}
     # numpy, not tensors: torch would pass tensors through shared memory that dies with this process
-    return {"losses": losses, "params": {k: v.numpy() for k, v in full_params(modules).items()}, "held": held}
+    return {"losses": losses, "params": {k: v.numpy() for k, v in full_params(modules).items()}, "held": held,
+            "norm_tokens": sorted(tokens)}
+
+
+def _norm_tokens(modules: list[torch.nn.Module]) -> set[int]:
+    """Filled during training with the sequence lengths the blocks' first norms ran on here
+    (the whole context, or this rank's sequence shard under sequence parallelism)."""
+    tokens: set[int] = set()
+
+    def record(module: torch.nn.Module, inputs: Any, out: torch.Tensor) -> None:
+        tokens.add((out.to_local() if isinstance(out, DTensor) else out).shape[1])
+
+    for module in modules:
+        for name, sub in module.named_modules():
+            if name.endswith(".ln1"):
+                sub.register_forward_hook(record)
+    return tokens
 
 
 def _plain_qkv_plan(module: torch.nn.Module) -> Any:

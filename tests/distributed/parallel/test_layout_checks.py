@@ -3,13 +3,15 @@
 Run: ``pytest tests/distributed/parallel/test_layout_checks.py -q`` (seconds, no processes spawned).
 """
 
+import dataclasses
+
 import pytest
 import torch
 
 from neural_arch.apps.gpt.parallelize import GPTStage, heads, parallel_plan
 from neural_arch.distributed.parallel import (
     ParallelLayout, apply_activation_checkpointing, check_plan, data_parallel_loss, even_split, layout_from_dict,
-    local_stages, pad_rows, validate,
+    TensorPlan, local_stages, pad_rows, validate,
 )
 from tests.distributed.parallel.gpt_runs import Setup, build_model, data, reference_run, sample_loss
 
@@ -23,6 +25,9 @@ BAD = [
     (dict(param_dtype="float16"), 1, "parallel.param_dtype='float16' is not one of fp32, fp64, bf16, fp16"),
     (dict(activation_checkpointing=-1), 1, "parallel.activation_checkpointing=-1 must be an integer >= 0"),
     (dict(microbatches=4), 1, "parallel.microbatches=4 splits a pipeline step but pp=1"),
+    (dict(sequence_parallel=True), 1, "parallel.sequence_parallel=true splits the sequence over tensor-parallel "
+                                      "ranks but tp=1; set tp >= 2 or sequence_parallel=false"),
+    (dict(sequence_parallel="yes", tp=2), 2, "parallel.sequence_parallel='yes' must be true or false"),
 ]
 
 
@@ -56,6 +61,14 @@ def test_model_that_cannot_split_is_one_line_error(values, message):
 def test_app_without_plan_cannot_ask_for_tp():
     with pytest.raises(ValueError, match="tp=2, pp=1 need a parallel plan but regression has none"):
         check_plan(None, ParallelLayout(tp=2), torch.nn.Linear(2, 2), "regression")
+
+
+def test_plan_without_sequence_parallel_styles_is_one_line_error():
+    plan = dataclasses.replace(parallel_plan(), tensor_plan=lambda module: TensorPlan(styles={}))
+    with pytest.raises(ValueError) as err:
+        check_plan(plan, ParallelLayout(tp=2, sequence_parallel=True), build_model(Setup()), "gpt")
+    assert "parallel.sequence_parallel=true: gpt's tensor plan has no sequence-parallel styles" in str(err.value)
+    check_plan(plan, ParallelLayout(tp=2), build_model(Setup()), "gpt")  # without it the plain plan is enough
 
 
 def test_even_split_and_looped_stages():

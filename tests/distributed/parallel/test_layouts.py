@@ -6,7 +6,8 @@ Each run trains 10 Adam steps in float64 on global batches of 5 (shares of 3 and
 two data-parallel ranks, and a last batch of one sample, so one share is empty) and
 compares, against a one-process run in this test process, the loss at every step and all
 parameters after the run (gathered with ``DTensor.full_tensor()``) within 1e-10. It also
-checks that each layout really split the model. Several layouts share one process start
+checks that each layout really split the model (and, with sequence parallelism, the
+sequence seen by the norms). Several layouts share one process start
 (the start costs more than the training here).
 """
 
@@ -20,12 +21,13 @@ pytestmark = pytest.mark.multiprocess
 
 TOLERANCE = 1e-10
 ROTARY, LEARNED = Setup(), Setup(positional="learned")
+ODD = Setup(context=7)  # a sequence that 2 tensor-parallel ranks shard unevenly (4 + 3 tokens)
 QKV = "blocks.0.attn.qkv.weight"
 
 
 @pytest.fixture(scope="module")
 def references() -> dict:
-    return {setup: reference_run(setup) for setup in (ROTARY, LEARNED)}
+    return {setup: reference_run(setup) for setup in (ROTARY, LEARNED, ODD)}
 
 
 def _train(references: dict, runs: dict[str, Run], world: int) -> dict[str, list[dict]]:
@@ -52,6 +54,7 @@ def test_sharded_and_tensor_parallel_on_two_ranks(references):
                                                           reshard_after_forward=False)),
         "fsdp2_fp32_compute": Run(ROTARY, ParallelLayout(dp_shard=2, param_dtype="fp32", reduce_dtype="fp64")),
         "tp2": Run(ROTARY, ParallelLayout(tp=2)),
+        "tp2_sp": Run(ODD, ParallelLayout(tp=2, sequence_parallel=True)),
         # A plain ColwiseParallel on [q; k; v] gives rank 0 all of q and half of k.
         "tp2_naive_qkv": Run(ROTARY, ParallelLayout(tp=2), plain_qkv=True),
     }
@@ -59,6 +62,9 @@ def test_sharded_and_tensor_parallel_on_two_ranks(references):
     half = references[ROTARY]["params"][QKV].numel() // 2
     for name in ("fsdp2", "fsdp2_checkpointing", "tp2"):
         assert [r["held"][QKV] for r in results[name]] == [half, half], name
+    # sequence parallel: each rank's norms ran on its uneven share of the 7 tokens, not on all
+    assert [r["norm_tokens"] for r in results["tp2_sp"]] == [[4], [3]]
+    assert [r["norm_tokens"] for r in results["tp2"]] == [[8], [8]]
 
 
 @pytest.mark.timeout(600)
@@ -82,9 +88,16 @@ def test_two_dimensional_layouts_on_four_ranks(references):
         "hsdp2x2": Run(ROTARY, ParallelLayout(dp_replicate=2, dp_shard=2)),
         "fsdp2_tp2": Run(ROTARY, ParallelLayout(dp_shard=2, tp=2)),
         "pp2_dp2": Run(ROTARY, ParallelLayout(dp_shard=2, pp=2, microbatches=2)),
+        "fsdp2_tp2_sp": Run(ROTARY, ParallelLayout(dp_shard=2, tp=2, sequence_parallel=True)),
+        # one block per stage: whole tensors cross the stage boundaries, cut and gathered in each block
+        "pp2_tp2_sp": Run(ROTARY, ParallelLayout(pp=2, tp=2, microbatches=2, pp_schedule="interleaved_1f1b",
+                                                 sequence_parallel=True)),
     }
     results = _train(references, runs, 4)
     full = references[ROTARY]["params"][QKV].numel()
     assert [r["held"][QKV] for r in results["hsdp2x2"]] == [full // 2] * 4
     assert [r["held"][QKV] for r in results["fsdp2_tp2"]] == [full // 4] * 4
     assert [r["held"][QKV] for r in results["pp2_dp2"] if QKV in r["held"]] == [full // 2] * 2
+    assert [r["held"][QKV] for r in results["fsdp2_tp2_sp"]] == [full // 4] * 4
+    for name in ("fsdp2_tp2_sp", "pp2_tp2_sp"):
+        assert [r["norm_tokens"] for r in results[name]] == [[4]] * 4, name
