@@ -10,6 +10,7 @@ k=v ...] [--resume auto|none|PATH]``. Config mistakes exit 2 with one line.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
@@ -84,7 +85,15 @@ def _launch_workers(cfg: "Config", nproc: int, worker_argv: list[str]) -> int:
         backend=None if cfg.training.backend == "auto" else cfg.training.backend,
         log_dir=str(Path(cfg.run.dir) / "logs" / "console"), rank0_only=True,
     )
-    return DistributedLauncher(launch).launch(__file__, *worker_argv)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    try:
+        return DistributedLauncher(launch).launch(__file__, *worker_argv)
+    except SignalException as stop:  # Ctrl-C or SIGTERM to this command: the workers were told and saved
+        name = signal.Signals(stop.sigval).name
+        print(f"{PROG}: stopped by {name}; the workers saved a checkpoint at the step they were on. Run the same "
+              "command to continue from there.", file=sys.stderr, flush=True)
+        return 128 + int(stop.sigval)
 
 
 def without_nproc(argv: list[str]) -> list[str]:
@@ -106,10 +115,16 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
 
     def train_here() -> int:
         from neural_arch.distributed.env import detect_cluster_env
+        from neural_arch.training.stop import TrainingStopped
         from neural_arch.training.trainer import train
 
         cfg = _checked_config(ns, detect_cluster_env().world_size)
-        train(cfg, resume=ns.resume, create_data=ns.create_data)
+        try:
+            train(cfg, resume=ns.resume, create_data=ns.create_data)
+        except TrainingStopped as stopped:  # a signal, handled: saved, and the way on is said
+            if stopped.rank == 0:
+                print(f"{PROG}: {stopped}", file=sys.stderr, flush=True)
+            return stopped.exit_code
         return 0
 
     return run_reporting(PROG, train_here, ConfigError)

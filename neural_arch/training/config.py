@@ -103,6 +103,9 @@ class CheckpointConfig:
     """Checkpoints kept on disk (older ones are deleted after a successful save)."""
     resume: str = "auto"
     """``auto`` (newest in run.dir if any), ``none`` (start fresh) or a checkpoint path."""
+    requeue_on_stop: bool = False
+    """Under SLURM: after a stop signal (e.g. ``--signal=USR1@120`` before the time limit) has been
+    saved, rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` so the job queues again and resumes."""
 
 
 @dataclass

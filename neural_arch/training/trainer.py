@@ -23,12 +23,14 @@ import torch
 
 import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint import load_checkpoint, save_checkpoint
+from neural_arch.distributed.checkpoint.layout import step_name
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config, validate_config
 from neural_arch.training.registry import task_class
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
 from neural_arch.training.rng import seed_rank
 from neural_arch.training.step import evaluate, train_step
+from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
 
 
 @dataclass
@@ -59,20 +61,28 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
     # ---- set up: process group, run directory, data, model and optimizer, resume
     parts, run_dir = _set_up(cfg, create_data)
     resumed = _resume(parts, resume or cfg.checkpoint.resume, run_dir / "checkpoints")
+    if resumed is not None and parts.step >= cfg.training.steps:
+        return _nothing_to_do(parts, run_dir)
+    if nd.get_rank() == 0:
+        save_config(cfg, run_dir / "config.yaml")
     report = RunReporter(run_dir, nd.get_rank(), cfg.training.steps, parts.step, cfg.logging.progress, cfg.logging.tensorboard)
     report.log.info("start: world %d, step %d%s", nd.get_world_size(), parts.step,
                     f" (resumed from step {resumed})" if resumed else "")
     record = LoopRecord(resumed_from=resumed, last_saved=resumed)
-    # ---- loop: one global batch per optimizer step, epoch after epoch
-    while parts.step < cfg.training.steps:
-        for batch in parts.sampler:
-            _one_step(parts, batch, record, report, run_dir)
-            if on_step is not None:
-                on_step(parts.step)
-            if parts.step >= cfg.training.steps:
-                break
-        else:
-            parts.sampler.set_epoch(parts.sampler.epoch + 1)
+    # ---- loop: one global batch per optimizer step, epoch after epoch; a stop signal ends it saved
+    with StopSignals() as stop:
+        while parts.step < cfg.training.steps:
+            for batch in parts.sampler:
+                _one_step(parts, batch, record, report, run_dir)
+                if on_step is not None:
+                    on_step(parts.step)
+                signum = stop.agreed()
+                if signum is not None:
+                    _stop(parts, record, report, run_dir, signum)
+                if parts.step >= cfg.training.steps:
+                    break
+            else:
+                parts.sampler.set_epoch(parts.sampler.epoch + 1)
     # ---- finish: final validation, last checkpoint, outputs
     return _finish(parts, record, report, run_dir)
 
@@ -86,7 +96,6 @@ def _set_up(cfg: Config, create_data: bool) -> tuple[TrainingComponents, Path]:
     run_dir = Path(cfg.run.dir)
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.yaml")
     nd.barrier()
     task = task_class(cfg.run.task)
     if create_data and task.data_missing(cfg) is not None:
@@ -106,7 +115,31 @@ def _resume(parts: TrainingComponents, resume: str, ckpt_dir: Path) -> Optional[
         return None
     info, state = found
     parts.restore(state, parts.cfg.run.seed)
+    if nd.get_rank() == 0 and parts.step < parts.cfg.training.steps:
+        print(f"resuming from step {info.step} of {parts.cfg.training.steps} (checkpoint {info.path})", flush=True)
     return info.step
+
+
+def _nothing_to_do(parts: TrainingComponents, run_dir: Path) -> dict[str, float]:
+    """A finished run started again: say so and touch none of its outputs; its final metrics."""
+    steps = parts.cfg.training.steps
+    if nd.get_rank() == 0:
+        print(f"already at step {parts.step} of {steps}; nothing to do (use --resume none or a new run.dir to "
+              "start over, or raise training.steps to train on)", flush=True)
+    summary = run_dir / "summary.json"
+    values = json.loads(summary.read_text()) if summary.exists() else {}
+    return {k: float(v) for k, v in values.items() if "/" in k}
+
+
+def _stop(parts: TrainingComponents, record: LoopRecord, report: RunReporter, run_dir: Path, signum: int) -> None:
+    """Save at this step (every rank agreed on the signal) and leave with ``TrainingStopped``."""
+    if record.last_saved != parts.step:
+        _save(parts, run_dir, None)
+    checkpoint = run_dir / "checkpoints" / step_name(parts.step)
+    report.log.info("stopped by signal %d at step %d; checkpoint %s", signum, parts.step, checkpoint)
+    report.close()
+    requeue_if_asked(parts.cfg.checkpoint.requeue_on_stop, signum)
+    raise TrainingStopped(signum, parts.step, parts.cfg.training.steps, str(checkpoint))
 
 
 def _one_step(parts: TrainingComponents, batch: nd.IndexBatch, record: LoopRecord, report: RunReporter,

@@ -98,6 +98,8 @@ def _write_conf(host: str) -> Path:
                 "ReturnToService=2",
                 "MpiDefault=none",
                 "SchedulerType=sched/backfill",
+                # Test jobs come and go in seconds: look at pending ones every 2 s, not every 60 / 30.
+                "SchedulerParameters=sched_interval=2,bf_interval=2",
                 f"NodeName={host} CPUs={cpus} RealMemory=2000 State=UNKNOWN",
                 f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
                 "",

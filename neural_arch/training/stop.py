@@ -1,0 +1,92 @@
+"""Graceful stop: SIGINT, SIGTERM and SIGUSR1 end training after the current step, saved.
+
+Used by trainer.py: ``with StopSignals() as stop:`` around the loop, ``stop.agreed()`` after
+every step. A signal only sets a flag; the loop finishes the step in progress, all ranks
+agree that one of them was signalled (one 1-element all-reduce per step, so they stop at
+the same step and nobody waits in a collective the others left), write a checkpoint and
+leave with ``TrainingStopped``. The command line prints how to continue and exits
+128 + the signal's number, as a shell reports a process killed by it.
+
+Where the signals come from: Ctrl-C (SIGINT) in a terminal; our launcher, torchrun or a
+scheduler stopping the workers (SIGTERM); SLURM warning a job before its time limit or a
+preemption (``#SBATCH --signal=USR1@120``: SIGUSR1 to every task). A second SIGINT or
+SIGTERM while the step finishes falls back to the default behaviour (stop at once).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from types import FrameType
+from typing import Any, Optional
+
+import torch
+
+import neural_arch.distributed as nd
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+class TrainingStopped(Exception):
+    """Training stopped on a signal after saving a checkpoint at ``step`` of ``steps``."""
+
+    def __init__(self, signum: int, step: int, steps: int, checkpoint: str) -> None:
+        self.signum, self.step, self.steps, self.checkpoint = signum, step, steps, checkpoint
+        self.rank = nd.get_rank()
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name} at step {step} of {steps}; checkpoint saved in {checkpoint}. "
+                         "Run the same command to continue from there.")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class StopSignals:
+    """Catch the stop signals for the life of a ``with`` block (main thread only; elsewhere a no-op)."""
+
+    def __init__(self) -> None:
+        self.received: Optional[int] = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _note(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.received = self.received or signum
+        if signum != signal.SIGUSR1:  # a second Ctrl-C / SIGTERM acts at once, as usual
+            signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+
+    def agreed(self) -> Optional[int]:
+        """The signal any rank received (the same answer on every rank), or None; collective."""
+        flag = torch.tensor([float(self.received or 0)], dtype=torch.float64)
+        if nd.get_world_size() > 1:
+            flag = nd.all_reduce(flag, op="max", check=False)
+        return int(flag[0]) or None
+
+
+def requeue_if_asked(asked: bool, signum: int) -> None:
+    """Rank 0: put this SLURM job back in the queue (``checkpoint.requeue_on_stop``), saying what happened."""
+    if not asked or nd.get_rank() != 0:
+        return
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        print("checkpoint.requeue_on_stop: not a SLURM job (no SLURM_JOB_ID); not requeued", flush=True)
+        return
+    done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    if done.returncode == 0:
+        print(f"requeued SLURM job {job} after {signal.Signals(signum).name}: it resumes from this checkpoint when "
+              "it starts again", flush=True)
+    else:
+        print(f"could not requeue SLURM job {job}: scontrol requeue said {done.stderr.strip() or done.returncode}; "
+              "submit the same job again to continue", flush=True)
