@@ -12,4 +12,4 @@ from typing import Sequence
 def main(argv: Sequence[str]) -> int:
     from neural_arch.distributed.launcher import main as launcher_main
 
-    return launcher_main(list(argv))
+    return launcher_main(list(argv), prog="neural-arch launch")

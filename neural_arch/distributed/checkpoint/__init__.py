@@ -11,7 +11,7 @@ Concern: nothing a user trained is lost to a crash. Files: ``replicated.py`` (sa
 with fallback, list), ``sharded.py`` (DCP, loadable at another world size), ``layout.py``
 (step directories, manifest, ``last``/``best`` pointers, pruning), ``rank0.py`` (rank 0
 writes, every rank learns the outcome), ``loadable.py`` (refuse state that could not be
-loaded back), ``errors.py``. Every write goes through ``neural_arch.utils.atomic``.
+loaded back), ``progress.py`` (tell the launcher a save succeeded), ``errors.py``. Every write goes through ``neural_arch.utils.atomic``.
 """
 
 from neural_arch.distributed.checkpoint.errors import CheckpointError

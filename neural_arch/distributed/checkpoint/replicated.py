@@ -29,7 +29,9 @@ from neural_arch.distributed.checkpoint.layout import (
     read_manifest, step_dirs, step_name, update_pointers, verified_manifest, write_manifest,
 )
 from neural_arch.distributed.checkpoint.loadable import check_loadable
+from neural_arch.distributed.checkpoint.progress import checkpoint_saved
 from neural_arch.distributed.checkpoint.rank0 import on_rank0
+from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.utils.atomic import commit_dir, fsync_dir, make_tmp_dir, remove, write_file
 
 
@@ -49,6 +51,7 @@ def save_checkpoint(
     targets are kept (``best``: the best ``metric`` so far, lower or higher per
     ``lower_is_better``).
     """
+    require_process_group("save_checkpoint")  # else every rank would write, racing, as "rank 0"
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step={step!r} must be a non-negative int (the training step).")
     if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
@@ -56,8 +59,11 @@ def save_checkpoint(
     if not isinstance(state, dict):
         raise ValueError(f"state must be a dict (e.g. {{'model': model.state_dict()}}), got {type(state).__name__}.")
     value = None if metric is None else float(metric)
-    return on_rank0(lambda: _write_checkpoint(Path(directory), step, state, keep_last, value, lower_is_better),
-                     f"could not write checkpoint step {step} to {directory}")
+    info = on_rank0(lambda: _write_checkpoint(Path(directory), step, state, keep_last, value, lower_is_better),
+                    f"could not write checkpoint step {step} to {directory}")
+    if info is not None:
+        checkpoint_saved(info.path)
+    return info
 
 
 def load_checkpoint(

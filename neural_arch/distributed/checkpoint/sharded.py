@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 from neural_arch.distributed.checkpoint.errors import CheckpointError
 from neural_arch.distributed.checkpoint.layout import PathLike
+from neural_arch.distributed.checkpoint.progress import checkpoint_saved
 from neural_arch.distributed.checkpoint.rank0 import on_rank0
 from neural_arch.distributed.runtime.collectives import all_gather_object
 from neural_arch.distributed.runtime.process_group import get_rank, is_initialized
@@ -48,6 +49,7 @@ def save_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
             remove(tmp)
         raise CheckpointError(f"{failed}: {exc}") from exc
     on_rank0(lambda: commit_dir(tmp, final), failed)
+    checkpoint_saved(final)
 
 
 def load_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:

@@ -16,6 +16,10 @@ this subclass changes three things, each found by reproducing failed restarts:
    next attempt starts.
 3. **Every attempt's failures are kept**, so the final summary names the rank that
    started the trouble, not just the last attempt's casualties.
+4. **No restart that cannot help**: when a rank fails with the same Python exception at
+   the same place as in the previous attempt, and no checkpoint was saved in between, the
+   remaining restarts are dropped (``restart_policy.py``; single-node jobs only, since the
+   agents of other nodes could not learn of it and would wait in the next rendezvous).
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import os
 import signal
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional
@@ -33,29 +36,27 @@ import torch.distributed as dist
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
+from neural_arch.distributed.launcher.log_format import progress_marker
+from neural_arch.distributed.launcher.records import FailureRecord
+from neural_arch.distributed.launcher.restart_policy import repeated_failure
 
-@dataclass(frozen=True)
-class FailureRecord:
-    """One worker's failure in one attempt."""
-
-    attempt: int
-    rank: int
-    local_rank: int
-    pid: int
-    exitcode: int
-    signal: Optional[str]
-    message: Any
-    timestamp: float
+__all__ = ["FailureRecord", "RobustElasticAgent"]
 
 
 class RobustElasticAgent(LocalElasticAgent):
     """LocalElasticAgent with a fresh store per attempt, thorough stops and failure history."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, log_dir: Optional[Path] = None, stop_repeated_failures: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._fresh_store: Optional[dist.TCPStore] = None
         self._attempts = 0
+        self._attempt_id = ""
+        self._log_dir = log_dir
+        self._stop_repeated = stop_repeated_failures and log_dir is not None
         self.failure_history: list[FailureRecord] = []
+        self.gave_up: Optional[str] = None
+        """Why restarts stopped before max_restarts (see restart_policy.py), if they did."""
 
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
         super()._rendezvous(worker_group)
@@ -77,7 +78,8 @@ class RobustElasticAgent(LocalElasticAgent):
         port_text, attempt_id = self._store.get(key).decode().split()
         worker_group.master_port = int(port_text)
         # Workers inherit the agent's environment: this names the attempt for their keys.
-        os.environ["NEURAL_ARCH_ATTEMPT"] = f"{self._attempts}-{attempt_id}"
+        self._attempt_id = f"{self._attempts}-{attempt_id}"
+        os.environ["NEURAL_ARCH_ATTEMPT"] = self._attempt_id
 
     def _stop_workers(self, worker_group: WorkerGroup) -> None:
         pgids = list(self._pcontext.pids().values()) if self._pcontext else []
@@ -103,7 +105,18 @@ class RobustElasticAgent(LocalElasticAgent):
                         message=failure.message, timestamp=failure.timestamp,
                     )
                 )
+            self._apply_restart_policy()
         return result
+
+    def _apply_restart_policy(self) -> None:
+        if not self._stop_repeated or self._remaining_restarts == 0:
+            return
+        assert self._log_dir is not None  # _stop_repeated requires it
+        progressed = progress_marker(self._log_dir, self._attempt_id).exists()
+        reason = repeated_failure(self.failure_history, self._attempts - 1, progressed)
+        if reason is not None:
+            self.gave_up = reason
+            self._remaining_restarts = 0  # torch's run loop then stops the group and reports failure
 
 
 def _live_members(pgid: int) -> bool:

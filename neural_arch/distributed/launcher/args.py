@@ -1,79 +1,94 @@
-"""Parse launcher command lines in both orders: torchrun's and the seeds'.
+"""Parse launcher command lines: torchrun's flag set (torch 2.13, both spellings) plus ours,
+in torchrun's order or the seeds'.
 
-``python -m neural_arch.distributed.launcher --nproc_per_node=2 train.py --lr 0.1``  (torchrun)
+``python -m neural_arch.distributed.launcher --nproc-per-node=2 train.py --lr 0.1``  (torchrun)
 ``python -m neural_arch.distributed.launcher train.py --nproc_per_node=2 --lr 0.1``  (seeds)
+``python -m neural_arch.distributed.launcher -m my_pkg.train --lr 0.1``  (a module, as ``python -m``)
 
 Rules: everything after a bare ``--`` goes to the script. If any launcher option comes
 before the script, the torchrun order applies and everything after the script is the
-script's. Otherwise (seeds' order) launcher options after the script are the launcher's
-and all other arguments are the script's. Option names accept ``_`` or ``-``.
+script's. Otherwise (seeds' order) long launcher options after the script are the
+launcher's and all other arguments are the script's. Long option names accept ``_`` or
+``-``. Mistakes raise ``LaunchUsageError`` (one line; unknown options get "did you mean").
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Optional, Sequence
+import difflib
+from typing import NoReturn, Optional, Sequence
 
-# option -> takes a value?
-_OPTIONS = {
-    "nproc_per_node": True, "nnodes": True, "node_rank": True, "master_addr": True,
-    "master_port": True, "backend": True, "max_restarts": True, "monitor_interval": True,
-    "start_timeout": True, "log_dir": True, "timeout": True, "run_id": True,
-    "rank0_only": False, "standalone": False,
-}
+from neural_arch.distributed.launcher.options import add_options
+
+PROG = "python -m neural_arch.distributed.launcher"
 
 
 class LaunchUsageError(ValueError):
     """A command-line mistake: the CLI prints it as one line and exits 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The launcher's options (shared with ``neural-arch launch``)."""
-    p = argparse.ArgumentParser(
-        prog="python -m neural_arch.distributed.launcher",
-        description="Start N worker processes per node running SCRIPT, with restarts on failure.",
-        allow_abbrev=False,
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block + exit
+        raise LaunchUsageError(message)
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The launcher's options (shared with ``neural-arch launch``); ``--help`` shows every default."""
+    p = _Parser(
+        prog=prog, allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Start N worker processes per node running SCRIPT (a Python file, a module with -m, "
+                    "or an executable with --no-python), restarted as a group on failure. Accepts torchrun's options.",
     )
-    add = p.add_argument
-    add("--nproc_per_node", "--nproc-per-node", default="1", help="workers on this node: an int or 'auto' (GPUs, else CPUs)")
-    add("--nnodes", default="1", help="nodes: N, or MIN:MAX for an elastic job")
-    add("--node_rank", "--node-rank", type=int, default=0, help="this node's index (static multi-node jobs)")
-    add("--master_addr", "--master-addr", default="127.0.0.1", help="host of node 0")
-    add("--master_port", "--master-port", type=int, default=None, help="port on node 0 (default: a free one, single node)")
-    add("--backend", default=None, choices=["gloo", "nccl", "auto"], help="collective backend for init_process_group()")
-    add("--max_restarts", "--max-restarts", type=int, default=3, help="group restarts after a failure before giving up")
-    add("--monitor_interval", "--monitor-interval", type=float, default=0.1, help="seconds between worker health checks")
-    add("--start_timeout", "--start-timeout", type=float, default=600, help="seconds to wait for all nodes to join")
-    add("--log_dir", "--log-dir", default=None, help="write each rank's whole output to LOG_DIR/rank_N.log")
-    add("--timeout", type=float, default=None, help="collective timeout in seconds (a hung rank fails after this)")
-    add("--run_id", "--run-id", default=None, help="job id shared by all nodes (elastic jobs)")
-    add("--rank0_only", "--rank0-only", action="store_true", help="show only rank 0's output on the console")
-    add("--standalone", action="store_true", help="accepted for torchrun compatibility (single node is the default)")
-    add("script", help="the Python script to run on every worker")
-    add("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    add_options(p)
+    p.add_argument("script", help="the Python script (or module with -m, executable with --no-python) every worker runs")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     return p
 
 
-def _option_name(token: str) -> Optional[str]:
-    if not token.startswith("--"):
-        return None
-    name = token[2:].split("=", 1)[0].replace("-", "_")
-    return name if name in _OPTIONS else None
+def _spellings(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Every option string, long ones also with ``_`` and ``-`` swapped, -> its action."""
+    found: dict[str, argparse.Action] = {}
+    for action in parser._actions:
+        for text in action.option_strings:
+            found[text] = action
+            if text.startswith("--"):
+                found["--" + text[2:].replace("_", "-")] = action
+                found["--" + text[2:].replace("-", "_")] = action
+    return found
 
 
-def _take_option(tokens: list[str], i: int, name: str, ours: list[str]) -> int:
-    """Move launcher option ``tokens[i]`` (and its value, if separate) to ``ours``; next index."""
-    ours.append(tokens[i])
-    if _OPTIONS[name] and "=" not in tokens[i]:
+def _lookup(token: str, known: dict[str, argparse.Action], short: bool) -> Optional[argparse.Action]:
+    if token.startswith("--"):
+        return known.get(token.split("=", 1)[0])
+    if short and len(token) >= 2:  # -m, -r3, -t 3
+        return known.get(token[:2])
+    return None
+
+
+def _take(tokens: list[str], i: int, action: argparse.Action, ours: list[str]) -> int:
+    """Move option ``tokens[i]`` (and its value, if separate) to ``ours``; the next index."""
+    token = tokens[i]
+    ours.append(token)
+    attached = "=" in token if token.startswith("--") else len(token) > 2
+    if action.nargs != 0 and not attached:
         if i + 1 >= len(tokens):
-            raise LaunchUsageError(f"launcher option {tokens[i]} needs a value")
+            raise LaunchUsageError(f"launcher option {token} needs a value")
         ours.append(tokens[i + 1])
         return i + 2
     return i + 1
 
 
-def split_argv(argv: Sequence[str]) -> tuple[list[str], str, list[str]]:
+def _unknown(token: str, known: dict[str, argparse.Action]) -> LaunchUsageError:
+    name = token.split("=", 1)[0]
+    longs = sorted({k for k in known if k.startswith("--") and "_" not in k})
+    close = difflib.get_close_matches(name.replace("_", "-"), longs, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else "; see --help"
+    return LaunchUsageError(f"unknown launcher option {token!r}{hint} (script options go after the script or after --)")
+
+
+def split_argv(argv: Sequence[str], parser: Optional[argparse.ArgumentParser] = None) -> tuple[list[str], str, list[str]]:
     """(launcher options, script, script args) from a command line in either order."""
+    known = _spellings(parser or build_parser())
     argv = list(argv)
     tail: list[str] = []
     if "--" in argv:
@@ -82,38 +97,49 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], str, list[str]]:
     ours: list[str] = []
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
-        name = _option_name(argv[i])
-        if name is None:
-            if argv[i] in ("-h", "--help"):
-                return [argv[i]], "", []
-            raise LaunchUsageError(f"unknown launcher option {argv[i]!r}; see --help (script options go after the script or after --)")
-        i = _take_option(argv, i, name, ours)
+        if argv[i] in ("-h", "--help"):
+            return [argv[i]], "", []
+        action = _lookup(argv[i], known, short=True)
+        if action is None:
+            raise _unknown(argv[i], known)
+        i = _take(argv, i, action, ours)
     if i >= len(argv):
         if tail:  # `launcher [opts] -- script args`
             return ours, tail[0], tail[1:]
-        raise LaunchUsageError("no script given: python -m neural_arch.distributed.launcher [options] SCRIPT [args]")
+        raise LaunchUsageError(f"no script given: {PROG} [options] SCRIPT [args]")
     script, rest = argv[i], argv[i + 1 :]
     if ours:  # torchrun order: the rest belongs to the script
         return ours, script, rest + tail
     script_args: list[str] = []
     j = 0
-    while j < len(rest):  # seeds' order: pick our options out of the rest
-        name = _option_name(rest[j])
-        if name is None:
+    while j < len(rest):  # seeds' order: pick our long options out of the rest
+        action = _lookup(rest[j], known, short=False)
+        if action is None or action.dest == "help":
             script_args.append(rest[j])
             j += 1
         else:
-            j = _take_option(rest, j, name, ours)
+            j = _take(rest, j, action, ours)
     return ours, script, script_args + tail
 
 
-def parse_launch_args(argv: Sequence[str]) -> argparse.Namespace:
+def parse_launch_args(argv: Sequence[str], prog: str = PROG) -> argparse.Namespace:
     """Parse a launcher command line (either order) into an argparse namespace."""
-    ours, script, script_args = split_argv(argv)
-    parser = build_parser()
+    parser = build_parser(prog)
+    ours, script, script_args = split_argv(argv, parser)
     if ours[:1] in (["-h"], ["--help"]):
         parser.print_help()
         raise SystemExit(0)
-    ns = parser.parse_args(ours + [script])
+    # Normalise spellings argparse was not given (--rank0-only for --rank0_only, ...).
+    known = _spellings(parser)
+    fixed = [_canonical(token, known) for token in ours]
+    ns = parser.parse_args(fixed + ["--", script])
     ns.script_args = script_args
     return ns
+
+
+def _canonical(token: str, known: dict[str, argparse.Action]) -> str:
+    if not token.startswith("--"):
+        return token
+    name, eq, value = token.partition("=")
+    action = known.get(name)
+    return action.option_strings[0] + eq + value if action is not None and name not in action.option_strings else token

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
-from typing import Optional, Union
+from dataclasses import dataclass, field
+from typing import Literal, Optional, Union
 
 import torch
+
+from neural_arch.distributed.launcher import torchrun_compat as compat
 
 
 @dataclass
@@ -47,6 +49,25 @@ class LaunchConfig:
     """Show only rank 0's output on the console (all ranks still write their logs)."""
     shutdown_timeout: int = 5
     """Seconds a stopping worker gets after SIGTERM before SIGKILL."""
+    rdzv_backend: Optional[str] = None
+    """None: automatic (one node: c10d on a free port; N nodes: static; MIN:MAX: c10d);
+    ``"static"`` or ``"c10d"`` (nodes meet at master_addr:master_port, node ranks assigned)."""
+    rdzv_conf: dict[str, str] = field(default_factory=dict)
+    """More rendezvous settings (torchrun's --rdzv-conf), e.g. ``{"join_timeout": "900"}``."""
+    local_addr: Optional[str] = None
+    """This node's address for the rendezvous (None: its FQDN)."""
+    role: str = "default"
+    """The workers' role name (ROLE_NAME in their environment)."""
+    run_as: Literal["script", "module", "executable"] = "script"
+    """What the script argument is: a Python file, a module (``-m``), an executable (``--no-python``)."""
+    console_local_ranks: Optional[tuple[int, ...]] = None
+    """Local ranks whose output the console shows (None: all; see --local-ranks-filter, --redirects)."""
+    signals_to_handle: str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+    """Signals the launcher forwards to the workers."""
+    event_log_handler: str = "null"
+    """torch elastic's event log handler."""
+    virtual_local_rank: bool = False
+    """LOCAL_RANK=0 in every worker with CUDA_VISIBLE_DEVICES set to its GPU (torch elastic's mode)."""
 
     def __post_init__(self) -> None:
         self.min_nodes, self.max_nodes = parse_nnodes(self.nnodes)
@@ -67,6 +88,15 @@ class LaunchConfig:
             raise ValueError(f"timeout={self.timeout} must be > 0 seconds.")
         if self.backend not in (None, "auto", "gloo", "nccl"):
             raise ValueError(f"backend={self.backend!r} must be 'gloo', 'nccl' or None (auto).")
+        self._check_torchrun_fields()
+
+    def _check_torchrun_fields(self) -> None:
+        if self.rdzv_backend not in (None, "static", "c10d"):
+            raise ValueError(f"rdzv_backend={self.rdzv_backend!r} must be 'static', 'c10d' or None (automatic).")
+        if self.run_as not in ("script", "module", "executable"):
+            raise ValueError(f"run_as={self.run_as!r} must be 'script', 'module' or 'executable'.")
+        compat.check_signals(self.signals_to_handle)
+        compat.check_event_handler(self.event_log_handler)
 
 
 def parse_nnodes(value: Union[int, str]) -> tuple[int, int]:
@@ -83,13 +113,19 @@ def parse_nnodes(value: Union[int, str]) -> tuple[int, int]:
 
 
 def parse_nproc(value: Union[int, str]) -> int:
-    """Workers per node: a positive int, or ``"auto"`` (GPUs, else CPU cores)."""
-    if str(value) == "auto":
-        return torch.cuda.device_count() if torch.cuda.is_available() else (os.cpu_count() or 1)
+    """Workers per node: a positive int, ``"cpu"`` (CPU cores), ``"gpu"`` (GPUs) or ``"auto"``
+    (GPUs, else CPU cores), as torchrun."""
+    text = str(value)
+    if text == "gpu" and not torch.cuda.is_available():
+        raise ValueError("nproc_per_node='gpu' but this machine has no usable CUDA GPU; use an int or 'cpu'.")
+    if text in ("auto", "gpu") and torch.cuda.is_available():
+        return torch.cuda.device_count()
+    if text in ("auto", "cpu"):
+        return os.cpu_count() or 1
     try:
         count = int(value)
     except ValueError:
-        raise ValueError(f"nproc_per_node={value!r} must be a positive integer or 'auto'.") from None
+        raise ValueError(f"nproc_per_node={value!r} must be a positive integer, 'cpu', 'gpu' or 'auto'.") from None
     if count < 1:
         raise ValueError(f"nproc_per_node={value!r} must be >= 1.")
     return count
@@ -97,10 +133,26 @@ def parse_nproc(value: Union[int, str]) -> int:
 
 def config_from_args(ns: argparse.Namespace) -> LaunchConfig:
     """The config a parsed launcher command line (``args.parse_launch_args``) asks for."""
+    compat.refuse_unsupported(ns)
+    compat.check_tee(ns.tee)
+    addr, port = ns.master_addr, ns.master_port
+    if ns.rdzv_endpoint and not ns.standalone:  # torchrun: the endpoint is where nodes meet
+        addr, port = compat.split_endpoint(ns.rdzv_endpoint)
+    if ns.standalone:
+        if str(ns.nnodes) not in ("1", "1:1"):
+            raise ValueError(f"--standalone is a one-node job, but --nnodes={ns.nnodes}; drop one of them.")
+        addr, port = "127.0.0.1", None
+    nproc = parse_nproc(ns.nproc_per_node)
     return LaunchConfig(
-        nproc_per_node=ns.nproc_per_node, nnodes=ns.nnodes, node_rank=ns.node_rank,
-        master_addr=ns.master_addr, master_port=ns.master_port, backend=ns.backend,
+        nproc_per_node=nproc, nnodes="1" if ns.nnodes == "1:1" else ns.nnodes, node_rank=ns.node_rank,
+        master_addr=addr, master_port=port, backend=ns.backend,
         max_restarts=ns.max_restarts, monitor_interval=ns.monitor_interval,
         start_timeout=ns.start_timeout, log_dir=ns.log_dir, timeout=ns.timeout,
-        run_id=ns.run_id, rank0_only=ns.rank0_only,
+        run_id=ns.run_id, rank0_only=ns.rank0_only, shutdown_timeout=ns.shutdown_timeout,
+        rdzv_backend=None if ns.standalone else ns.rdzv_backend, rdzv_conf=compat.rdzv_conf(ns.rdzv_conf),
+        local_addr=ns.local_addr, role=ns.role,
+        run_as="module" if ns.module else "executable" if ns.no_python else "script",
+        console_local_ranks=compat.console_local_ranks(ns.local_ranks_filter, ns.redirects, nproc),
+        signals_to_handle=ns.signals_to_handle, event_log_handler=ns.event_log_handler,
+        virtual_local_rank=ns.virtual_local_rank,
     )

@@ -1,8 +1,11 @@
 """Turn the agent's failure history into a summary a person can act on.
 
-Used by the launcher when a job fails; ``format_failure_summary(records, log_dir)``.
-It names each failed rank, its exit code or signal, and the last lines of that rank's
-own output for that attempt (from ``rank_N.log``), or its recorded Python traceback.
+Used by the launcher when a job fails; ``format_failure_summary(records, log_dir, max_restarts)``.
+It names the rank that most likely started the trouble, its exit code or signal, the
+other failures grouped by rank (not one line per attempt), and each distinct piece of
+evidence once: a rank's recorded Python traceback, else the last lines of its own output
+for that attempt (from ``rank_N.log``). Identical evidence of several ranks or attempts
+is printed once under a heading such as ``ranks 0 and 1, attempts 0-1``.
 """
 
 from __future__ import annotations
@@ -10,82 +13,128 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from neural_arch.distributed.launcher.agent import FailureRecord
 from neural_arch.distributed.launcher.log_format import attempt_lines, log_path
+from neural_arch.distributed.launcher.records import FailureRecord
+from neural_arch.distributed.launcher.restart_policy import is_peer_error, recorded_traceback
 
 TAIL_LINES = 12
-
-
-def _traceback_tail(message: object) -> list[str]:
-    if isinstance(message, dict):
-        stack = message.get("extraInfo", {}).get("py_callstack", "")
-        if stack:
-            return stack.rstrip().splitlines()
-    return []
-
-
-# Errors a rank raises because a PEER died or stalled: effects, not causes.
-_PEER_ERRORS = ("connection reset by peer", "connection closed by peer", "connectfullmesh", "timed out",
-                "broken pipe", "connection refused")
 
 
 def _blame(record: FailureRecord) -> int:
     """How likely a failure started the trouble (lower first). Timestamps cannot decide: a
     signal death is stamped when the agent notices it (whole seconds), after the peer that
     already failed because of it wrote its own error file."""
+    stack = recorded_traceback(record.message).strip()
+    if stack:  # it raised (perhaps SIGTERMed afterwards, while leaving): judge the exception
+        return 2 if is_peer_error(stack.splitlines()[-1]) else 1
     if record.signal == "SIGTERM":
         return 3  # the launcher stopping the group
     if record.signal is not None:
         return 0  # killed from outside or crashed (SIGKILL, SIGSEGV, SIGABRT, ...)
-    text = str(record.message).lower()
-    return 2 if any(marker in text for marker in _PEER_ERRORS) else 1
+    return 2 if is_peer_error(str(record.message)) else 1
 
 
 def describe(record: FailureRecord) -> str:
     """``rank 1 (local rank 1, pid 42): killed by signal SIGKILL``."""
-    how = f"killed by signal {record.signal}" if record.signal else f"exited with code {record.exitcode}"
-    return f"rank {record.rank} (local rank {record.local_rank}, pid {record.pid}): {how}"
+    return f"rank {record.rank} (local rank {record.local_rank}, pid {record.pid}): {_how(record)}"
+
+
+def _how(record: FailureRecord) -> str:
+    return f"killed by signal {record.signal}" if record.signal else f"exited with code {record.exitcode}"
+
+
+def numbers(values: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
+    runs: list[list[int]] = []
+    for value in sorted(set(values)):
+        if runs and value == runs[-1][-1] + 1:
+            runs[-1].append(value)
+        else:
+            runs.append([value])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def who(pairs: Sequence[tuple[int, int]]) -> str:
+    """(rank, attempt) pairs -> ``ranks 0 and 1, attempts 0-1; rank 2, attempt 1``."""
+    attempts_of: dict[int, list[int]] = {}
+    for rank, attempt in pairs:
+        attempts_of.setdefault(rank, []).append(attempt)
+    ranks_of: dict[str, list[int]] = {}
+    for rank, attempts in sorted(attempts_of.items()):
+        ranks_of.setdefault(numbers(attempts), []).append(rank)
+    parts = []
+    for attempts, ranks in ranks_of.items():
+        rank_text = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+        plural = "attempts" if ("-" in attempts or "," in attempts) else "attempt"
+        parts.append(f"{rank_text}, {plural} {attempts}")
+    return "; ".join(parts)
 
 
 def format_failure_summary(
-    records: Sequence[FailureRecord], log_dir: Optional[Path], max_restarts: int, show_log_path: bool = True
+    records: Sequence[FailureRecord], log_dir: Optional[Path], max_restarts: int, show_log_path: bool = True,
+    gave_up: Optional[str] = None,
 ) -> str:
     """Multi-line summary of every attempt's failures; the first attempt's most likely
-    cause (see ``_blame``) is named the root cause."""
+    cause (see ``_blame``) is named the root cause. ``gave_up``: why restarts stopped early."""
     if not records:
         return "neural_arch launcher: the job failed, but no worker failure was recorded."
     ordered = sorted(records, key=lambda r: (r.attempt, _blame(r), r.timestamp))
     attempts = ordered[-1].attempt + 1
-    out = [
-        f"neural_arch launcher: job failed after {attempts} attempt(s) (max_restarts={max_restarts}).",
-        f"  root cause: attempt {ordered[0].attempt}, {describe(ordered[0])}",
-    ]
-    first_of_attempt: dict[int, FailureRecord] = {}
-    for record in ordered:
-        first_of_attempt.setdefault(record.attempt, record)
-    for record in ordered:
-        if record is ordered[0]:
-            continue
-        # The launcher SIGTERMs the rest of a group once one worker failed.
-        collateral = record.signal == "SIGTERM" and first_of_attempt[record.attempt] is not record
-        label = "stopped by the launcher" if collateral else "also failed"
-        out.append(f"  {label}: attempt {record.attempt}, {describe(record)}")
-    for record in ordered:
-        out.extend(_last_lines(record, log_dir, show_log_path))
+    out = [f"neural_arch launcher: job failed after {attempts} attempt(s) (max_restarts={max_restarts})."]
+    if gave_up:
+        out.append(f"  not restarted again: {gave_up}.")
+    out.append(f"  root cause: attempt {ordered[0].attempt}, {describe(ordered[0])}")
+    out.extend(_others(ordered))
+    out.extend(_evidence(ordered, log_dir, show_log_path))
+    if log_dir is not None and show_log_path:
+        out.append(f"  every rank's whole output: {Path(log_dir) / 'rank_N.log'}")
     return "\n".join(out)
 
 
-def _last_lines(record: FailureRecord, log_dir: Optional[Path], show_log_path: bool) -> list[str]:
-    """The tail of what the failed process printed: from its log section, else from its error file."""
-    lines: list[str] = []
-    source = ""
+def _others(ordered: Sequence[FailureRecord]) -> list[str]:
+    """One line per (label, rank, how it ended), naming the attempts it happened in."""
+    first_of_attempt: dict[int, FailureRecord] = {}
+    for record in ordered:
+        first_of_attempt.setdefault(record.attempt, record)
+    groups: dict[tuple[str, int, int, str], list[int]] = {}
+    for record in ordered[1:]:
+        # The launcher SIGTERMs the rest of a group once one worker failed.
+        collateral = (record.signal == "SIGTERM" and first_of_attempt[record.attempt] is not record
+                      and not recorded_traceback(record.message))
+        label = "stopped by the launcher" if collateral else "also failed"
+        groups.setdefault((label, record.rank, record.local_rank, _how(record)), []).append(record.attempt)
+    return [f"  {label}: {who([(rank, a) for a in found])} (local rank {local}): {how}"
+            for (label, rank, local, how), found in groups.items()]
+
+
+def _evidence(ordered: Sequence[FailureRecord], log_dir: Optional[Path], show_log_path: bool) -> list[str]:
+    """Each distinct traceback or output tail once, headed by every (rank, attempt) that showed it."""
+    blocks: dict[tuple[str, ...], tuple[str, list[tuple[int, int]]]] = {}
+    silent: list[tuple[int, int]] = []
+    for record in ordered:
+        lines, source = _last_lines(record, log_dir, show_log_path)
+        if not lines:
+            silent.append((record.rank, record.attempt))
+            continue
+        blocks.setdefault(tuple(lines), (source, []))[1].append((record.rank, record.attempt))
+    out = []
+    for lines, (source, pairs) in blocks.items():
+        out.append(f"  {who(pairs)} ({source}):")
+        out.extend(f"    | {line}" for line in lines)
+    if silent:
+        out.append(f"  {who(silent)}: printed nothing before it died.")
+    return out
+
+
+def _last_lines(record: FailureRecord, log_dir: Optional[Path], show_log_path: bool) -> tuple[list[str], str]:
+    """The recorded traceback (the same text on every attempt that failed the same way), else
+    the tail of what the failed process printed (its log section; even after SIGKILL)."""
+    stack = [line for line in recorded_traceback(record.message).rstrip().splitlines() if line.strip()]
+    if stack:
+        return stack[-TAIL_LINES:], "traceback"
     if log_dir is not None:
         log = log_path(log_dir, record.rank)
         lines = [line for line in attempt_lines(log, record.pid) if line.strip()]
-        source = str(log) if show_log_path else "its output"
-    if not lines:
-        lines, source = _traceback_tail(record.message), "its error file"
-    if not lines:
-        return [f"  rank {record.rank}, attempt {record.attempt} printed nothing before it died."]
-    return [f"  last lines of rank {record.rank}, attempt {record.attempt} ({source}):",
-            *(f"    | {line}" for line in lines[-TAIL_LINES:])]
+        if lines:
+            return lines[-TAIL_LINES:], f"last lines of {log}" if show_log_path else "last lines of its output"
+    return [], ""

@@ -27,9 +27,10 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
 from neural_arch.distributed.launcher.agent import RobustElasticAgent
-from neural_arch.distributed.launcher.args import LaunchUsageError, parse_launch_args
+from neural_arch.distributed.launcher.args import PROG, LaunchUsageError, parse_launch_args
 from neural_arch.distributed.launcher.config import LaunchConfig, config_from_args
 from neural_arch.distributed.launcher.failures import format_failure_summary
+from neural_arch.distributed.launcher.program import check_program
 
 
 def _is_local(addr: str) -> bool:
@@ -62,32 +63,34 @@ class DistributedLauncher:
 
     def _rendezvous(self, run_id: str) -> RendezvousParameters:
         c = self.config
-        if c.min_nodes != c.max_nodes:  # elastic: nodes may come and go
+        extra = {"local_addr": c.local_addr, **c.rdzv_conf}
+        if c.max_nodes == 1 and c.master_port is None and c.rdzv_backend != "static":
+            # Port 0: the OS picks a free port atomically, so concurrent jobs never collide.
+            return RendezvousParameters(backend="c10d", endpoint="127.0.0.1:0", run_id=run_id,
+                                        min_nodes=1, max_nodes=1, **{"join_timeout": c.start_timeout, **extra})
+        if c.min_nodes != c.max_nodes or c.rdzv_backend == "c10d":  # nodes meet; node ranks are assigned
             return RendezvousParameters(
                 backend="c10d", endpoint=f"{c.master_addr}:{c.master_port}", run_id=run_id,
                 min_nodes=c.min_nodes, max_nodes=c.max_nodes,
-                join_timeout=c.start_timeout, last_call_timeout=2,
+                **{"join_timeout": c.start_timeout, "last_call_timeout": 2, **extra},
             )
-        if c.max_nodes == 1 and c.master_port is None:
-            # Port 0: the OS picks a free port atomically, so concurrent jobs never collide.
-            return RendezvousParameters(backend="c10d", endpoint="127.0.0.1:0", run_id=run_id,
-                                        min_nodes=1, max_nodes=1, join_timeout=c.start_timeout)
         return RendezvousParameters(
             backend="static", endpoint=f"{c.master_addr}:{c.master_port}", run_id=run_id,
-            min_nodes=c.max_nodes, max_nodes=c.max_nodes, rank=c.node_rank, timeout=c.start_timeout,
+            min_nodes=c.max_nodes, max_nodes=c.max_nodes, rank=c.node_rank, **{"timeout": c.start_timeout, **extra},
         )
 
     def _worker_args(self, script: str, args: Sequence[str], log_dir: Path) -> tuple[str, ...]:
-        console = "rank0" if self.config.rank0_only else "all"
-        return ("-u", "-m", "neural_arch.distributed.launcher.worker", "--console", console,
-                "--log-dir", str(log_dir), script, *args)
+        c = self.config
+        shown = () if c.console_local_ranks is None else ("--local-ranks", ",".join(map(str, c.console_local_ranks)))
+        return ("-u", "-m", "neural_arch.distributed.launcher.worker", "--console", "rank0" if c.rank0_only else "all",
+                *shown, "--run-as", c.run_as, "--log-dir", str(log_dir), script, *args)
 
     def preflight(self, script: str) -> None:
         """Fail fast on what can be checked before starting anything (ValueError / RuntimeError)."""
         c = self.config
-        if not Path(script).is_file():
-            raise ValueError(f"script {script!r} not found; pass the path of a Python file.")
-        if c.master_port is not None and c.node_rank == 0 and c.min_nodes == c.max_nodes and _is_local(c.master_addr):
+        check_program(script, c.run_as)
+        static = c.min_nodes == c.max_nodes and c.rdzv_backend != "c10d"  # c10d: whichever node binds first hosts
+        if c.master_port is not None and c.node_rank == 0 and static and _is_local(c.master_addr):
             check_port_free(c.master_addr, c.master_port)
 
     def launch(self, script: str, *args: str) -> int:
@@ -102,14 +105,16 @@ class DistributedLauncher:
             log_dir = Path(c.log_dir) if c.log_dir else Path(scratch) / "logs"
             params = self._rendezvous(run_id)
             spec = WorkerSpec(
-                role="worker", local_world_size=c.nproc, entrypoint=sys.executable,
+                role=c.role, local_world_size=c.nproc, entrypoint=sys.executable,
+                event_log_handler=c.event_log_handler, virtual_local_rank=c.virtual_local_rank,
                 args=self._worker_args(script, args, log_dir), rdzv_handler=get_rendezvous_handler(params),
                 max_restarts=c.max_restarts, monitor_interval=c.monitor_interval,
                 master_addr=c.master_addr if params.backend == "static" else None,
                 master_port=c.master_port if params.backend == "static" else None,
             )
             agent = RobustElasticAgent(spec=spec, logs_specs=DefaultLogsSpecs(log_dir=str(Path(scratch) / "elastic")),
-                                       shutdown_timeout=c.shutdown_timeout)
+                                       shutdown_timeout=c.shutdown_timeout, log_dir=log_dir,
+                                       stop_repeated_failures=c.max_nodes == 1)
             saved = dict(os.environ)
             os.environ.update(self._worker_environment())
             try:
@@ -119,13 +124,14 @@ class DistributedLauncher:
                 os.environ.clear()
                 os.environ.update(saved)
             if result.is_failed():
-                summary = format_failure_summary(agent.failure_history, log_dir, c.max_restarts, show_log_path=bool(c.log_dir))
+                summary = format_failure_summary(agent.failure_history, log_dir, c.max_restarts,
+                                                 show_log_path=bool(c.log_dir), gave_up=agent.gave_up)
                 print(summary, file=sys.stderr, flush=True)
                 return 1
         return 0
 
     def _worker_environment(self) -> dict[str, str]:
-        env = {}
+        env = {"TORCHELASTIC_SIGNALS_TO_HANDLE": self.config.signals_to_handle}  # read by torch elastic, as torchrun sets it
         if self.config.backend not in (None, "auto"):
             env["NEURAL_ARCH_BACKEND"] = str(self.config.backend)
         if self.config.timeout is not None:
@@ -141,23 +147,23 @@ def launch_distributed_training(script: str, *args: str, **options: object) -> i
     return DistributedLauncher(LaunchConfig(**options)).launch(script, *args)  # type: ignore[arg-type]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """CLI entry: usage mistakes exit 2 with one line; a failed job exits 1 with a summary."""
+def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
+    """CLI entry: usage mistakes exit 2 with one line (``PROG: error: ...``); a failed job
+    exits 1 with a summary. ``prog`` names the command in messages (``neural-arch launch``)."""
     try:
-        ns = parse_launch_args(sys.argv[1:] if argv is None else argv)
+        ns = parse_launch_args(sys.argv[1:] if argv is None else argv, prog)
         launcher = DistributedLauncher(config_from_args(ns))
         launcher.preflight(ns.script)
     except (ValueError, LaunchUsageError) as exc:
-        print(f"neural-arch launch: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
-        print(f"neural-arch launch: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     try:
         return launcher._launch(ns.script, *ns.script_args)  # preflight done above, where errors exit 2
     except Exception as exc:  # noqa: BLE001 - the job's machinery failed, not the user's input
         traceback.print_exc()
-        print(f"neural-arch launch: the launcher itself failed ({type(exc).__name__}: {exc}); "
+        print(f"{prog}: the launcher itself failed ({type(exc).__name__}: {exc}); "
               "the traceback above shows where.", file=sys.stderr)
         return 1
-

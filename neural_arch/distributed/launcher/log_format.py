@@ -1,5 +1,6 @@
 """The format of a rank's log file, ``LOG_DIR/rank_N.log``: written by the worker (and its
-log pump), read back by the failure summary. Both sides import this one module.
+log pump), read back by the failure summary; and ``LOG_DIR/progress/`` markers, written by
+the worker, read by the restart policy. Both sides import this one module.
 
 Use: ``attempt_lines(log_path(log_dir, rank), pid)`` -> that worker's output lines.
 
@@ -25,6 +26,12 @@ ATTEMPT_HEADER = ATTEMPT_MARK + " rank {rank}, attempt {attempt}, pid {pid} ---"
 def log_path(log_dir: Path, rank: int) -> Path:
     """Where rank ``rank`` writes its output."""
     return Path(log_dir) / f"rank_{rank}.log"
+
+
+def progress_marker(log_dir: Path, attempt: str) -> Path:
+    """The file a worker of attempt ``attempt`` (NEURAL_ARCH_ATTEMPT) creates once it has
+    saved a checkpoint: the launcher's restart policy reads it as progress."""
+    return Path(log_dir) / "progress" / f"attempt_{attempt}"
 
 
 def attempt_header(rank: int, attempt: str, pid: int) -> str:

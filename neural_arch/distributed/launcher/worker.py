@@ -1,8 +1,8 @@
 """One worker of a launched job: run a script with per-rank logs and a clear failure record.
 
 The launcher starts every worker as
-``python -m neural_arch.distributed.launcher.worker [--log-dir DIR] [--console all|rank0|none] SCRIPT ARGS``;
-you rarely run it by hand.
+``python -m neural_arch.distributed.launcher.worker [--log-dir DIR] [--console all|rank0|none]
+[--local-ranks 0,1] [--run-as script|module|executable] SCRIPT ARGS``; you rarely run it by hand.
 
 - Output: the worker's stdout and stderr (including subprocesses and C++ code, since whole
   file descriptors are redirected) are appended, unprefixed, to ``DIR/rank_N.log`` and
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import runpy
 import sys
 import subprocess
 import traceback
@@ -26,7 +25,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from neural_arch.distributed.env import detect_cluster_env
-from neural_arch.distributed.launcher.log_format import attempt_header, log_path, wait_for_lock
+from neural_arch.distributed.checkpoint.progress import on_checkpoint_saved
+from neural_arch.distributed.launcher.log_format import attempt_header, log_path, progress_marker, wait_for_lock
+from neural_arch.distributed.launcher.program import run_executable, run_python
 from neural_arch.distributed.runtime.heartbeat import describe_stragglers
 from neural_arch.distributed.runtime.process_group import abandon_process_group
 
@@ -115,12 +116,13 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def run_script(script: str, args: Sequence[str]) -> int:
-    """Run ``script`` as ``__main__`` with ``args``; returns its exit code."""
-    sys.argv = [script, *args]
-    sys.path.insert(0, str(Path(script).resolve().parent))
+def run_script(script: str, args: Sequence[str], run_as: str = "script") -> int:
+    """Run ``script`` (a Python file, a module, or an executable: ``run_as``) with ``args``;
+    returns its exit code."""
+    if run_as == "executable":
+        return run_executable(script, args)
     try:
-        runpy.run_path(script, run_name="__main__")
+        run_python(script, args, run_as)
     except SystemExit as exc:
         return _exit_code(exc.code)
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded, then reported
@@ -129,10 +131,24 @@ def run_script(script: str, args: Sequence[str]) -> int:
     return 0
 
 
+def report_checkpoints(log_dir: Path, attempt: str) -> None:
+    """Leave this attempt's progress marker once it saves a checkpoint: the launcher then
+    knows a repeated failure came after progress and restarts (restart_policy.py)."""
+    marker = progress_marker(log_dir, attempt)
+
+    def touch(_saved: Path) -> None:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+
+    on_checkpoint_saved(touch)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m neural_arch.distributed.launcher.worker", allow_abbrev=False)
     parser.add_argument("--log-dir", default=None)
     parser.add_argument("--console", choices=["all", "rank0", "none"], default="all")
+    parser.add_argument("--local-ranks", default=None, help="show only these local ranks (comma-separated)")
+    parser.add_argument("--run-as", choices=["script", "module", "executable"], default="script")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
@@ -140,13 +156,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rank = cluster.rank
     log = log_path(Path(ns.log_dir), rank) if ns.log_dir else None
     show = ns.console == "all" or (ns.console == "rank0" and rank == 0)
+    if ns.local_ranks is not None:
+        show = show and cluster.local_rank in {int(r) for r in ns.local_ranks.split(",") if r}
+    if ns.log_dir:
+        report_checkpoints(Path(ns.log_dir), cluster.attempt)
     if log is not None:  # lets the launcher's failure summary find this attempt's lines
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as out:
             out.write(attempt_header(rank, cluster.attempt, os.getpid()) + "\n")
     tee = OutputTee(f"[rank {rank}] ", log, show)
     try:
-        code = run_script(ns.script, ns.args)
+        code = run_script(ns.script, ns.args, ns.run_as)
     finally:
         tee.close()
     return code
