@@ -54,13 +54,14 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("signum, procs", [(signal.SIGINT, 1), (signal.SIGTERM, 2)], ids=["ctrl-c", "sigterm-launcher"])
+@pytest.mark.parametrize("signum, procs", [(signal.SIGINT, 1), (signal.SIGTERM, 2), (signal.SIGUSR1, 2)],
+                         ids=["ctrl-c", "sigterm-launcher", "usr1-launcher"])
 def test_a_signal_saves_and_the_same_command_continues(tmp_path, uninterrupted, signum, procs):
     run = tmp_path / "run"
     nproc = ["--nproc-per-node", str(procs)]
     proc = start(run, *nproc)
     wait_for_rows(run, 3, proc)
-    proc.send_signal(signum)  # to the command: one process, or the launcher of two
+    proc.send_signal(signum)  # to the command: one process, or the launcher of two (USR1: passed on, no restart)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, out + err
     # One process says it itself; under the launcher rank 0's line reaches the console, then the launcher's.

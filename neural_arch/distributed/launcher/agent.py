@@ -3,7 +3,7 @@
 Used by ``DistributedLauncher`` (launch.py); not run directly.
 
 torch.distributed.elastic supervises the workers (start, monitor, restart, rendezvous);
-this subclass changes three things, each found by reproducing failed restarts:
+this subclass changes these things, each found by reproducing failed restarts:
 
 1. **A fresh worker store per attempt.** torchrun's agent keeps one TCPStore for the whole
    job; gloo publishes every rank's listening address under the same keys each attempt, so
@@ -16,7 +16,10 @@ this subclass changes three things, each found by reproducing failed restarts:
    next attempt starts.
 3. **Every attempt's failures are kept**, so the final summary names the rank that
    started the trouble, not just the last attempt's casualties.
-4. **No restart that cannot help**: when a rank fails with the same Python exception at
+4. **No restart that undoes a stop**: a worker that exits 128 + SIGINT/SIGTERM/SIGUSR1
+   stopped on purpose (neural-arch's trainer does, after saving); SIGUSR1 sent to the
+   launcher (SLURM's time-limit warning) is passed on to the workers.
+5. **No restart that cannot help**: when a rank fails with the same Python exception at
    the same place as in the previous attempt, and no checkpoint was saved in between, the
    remaining restarts are dropped (``restart_policy.py``; single-node jobs only, since the
    agents of other nodes could not learn of it and would wait in the next rendezvous).
@@ -38,7 +41,7 @@ from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElas
 
 from neural_arch.distributed.launcher.log_format import progress_marker
 from neural_arch.distributed.launcher.records import FailureRecord
-from neural_arch.distributed.launcher.restart_policy import repeated_failure
+from neural_arch.distributed.launcher.restart_policy import repeated_failure, stopped_on_request
 
 __all__ = ["FailureRecord", "RobustElasticAgent"]
 
@@ -57,6 +60,8 @@ class RobustElasticAgent(LocalElasticAgent):
         self.failure_history: list[FailureRecord] = []
         self.gave_up: Optional[str] = None
         """Why restarts stopped before max_restarts (see restart_policy.py), if they did."""
+        self.stopped_by: Optional[int] = None
+        """The signal the workers stopped on purpose for (saved, then exited 128 + it), if they did."""
 
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
         super()._rendezvous(worker_group)
@@ -108,7 +113,19 @@ class RobustElasticAgent(LocalElasticAgent):
             self._apply_restart_policy()
         return result
 
+    def forward_signal(self, signum: int) -> None:
+        """Send ``signum`` to every worker of the running attempt (e.g. SLURM's USR1 warning)."""
+        for pid in (self._pcontext.pids().values() if self._pcontext else ()):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass  # already gone
+
     def _apply_restart_policy(self) -> None:
+        self.stopped_by = stopped_on_request(self.failure_history, self._attempts - 1)
+        if self.stopped_by is not None:
+            self._remaining_restarts = 0  # the stop was asked for: a restart would undo it
+            return
         if not self._stop_repeated or self._remaining_restarts == 0:
             return
         assert self._log_dir is not None  # _stop_repeated requires it

@@ -13,9 +13,11 @@ never collide); ``--nnodes=MIN:MAX`` is an elastic job over a c10d rendezvous.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import traceback
 import uuid
 from pathlib import Path
@@ -117,12 +119,20 @@ class DistributedLauncher:
                                        stop_repeated_failures=c.max_nodes == 1)
             saved = dict(os.environ)
             os.environ.update(self._worker_environment())
+            usr1 = _forward_usr1(agent)
             try:
                 result = agent.run()
             finally:
                 spec.rdzv_handler.shutdown()
                 os.environ.clear()
                 os.environ.update(saved)
+                if usr1 is not None:
+                    signal.signal(signal.SIGUSR1, usr1)
+            if result.is_failed() and agent.stopped_by is not None:
+                name = signal.Signals(agent.stopped_by).name
+                print(f"launcher: the workers stopped on {name} as asked (a neural-arch trainer saved a checkpoint "
+                      "first); no restart. Run the same command to continue.", file=sys.stderr, flush=True)
+                return 128 + agent.stopped_by
             if result.is_failed():
                 summary = format_failure_summary(agent.failure_history, log_dir, c.max_restarts,
                                                  show_log_path=bool(c.log_dir), gave_up=agent.gave_up)
@@ -140,6 +150,14 @@ class DistributedLauncher:
             # As torchrun: N workers sharing the cores should not each start all threads.
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.config.nproc))
         return env
+
+
+def _forward_usr1(agent: RobustElasticAgent) -> Optional[object]:
+    """Pass SIGUSR1 on to the workers while the job runs (its default action would kill the
+    launcher and orphan them); the previous handler, to put back. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGUSR1, lambda signum, frame: agent.forward_signal(signum))
 
 
 def launch_distributed_training(script: str, *args: str, **options: object) -> int:

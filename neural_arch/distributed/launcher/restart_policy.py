@@ -24,6 +24,7 @@ neural_arch is judged by the traceback alone: an identical failure twice in a ro
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -93,3 +94,17 @@ def repeated_failure(history: Sequence[FailureRecord], attempt: int, progressed:
     who = f"rank {same[0]}" if len(same) == 1 else "ranks " + ", ".join(map(str, same))
     return (f"{who} failed with the same {sig.exception} at {sig.where()} on attempts {attempt - 1} and {attempt} "
             "without saving a new checkpoint, so another restart would fail the same way; fix it and run again")
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+"""Signals after which a worker may stop on purpose: neural-arch's trainer saves, then exits 128 + the signal."""
+
+
+def stopped_on_request(history: Sequence[FailureRecord], attempt: int) -> Optional[int]:
+    """The signal a worker of ``attempt`` stopped on purpose for (it *exited* 128 + a stop signal,
+    which a process killed by that signal does not), or None. Such a stop is what the user or
+    the scheduler asked for: restarting would undo it."""
+    for record in history:
+        if record.attempt == attempt and record.signal is None and record.exitcode - 128 in STOP_SIGNALS:
+            return record.exitcode - 128
+    return None
