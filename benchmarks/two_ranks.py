@@ -1,7 +1,8 @@
-"""Run a benchmark body on 2 spawned gloo ranks (127.0.0.1, a free port, 1 thread each).
+"""Run a benchmark body on spawned gloo ranks (127.0.0.1, a free port, 1 thread each).
 
-Used by ddp_overhead.py and trainer_overhead.py: ``result = on_two_ranks(body, args)``
-calls ``body(rank, args)`` in both processes with the process group initialised and
+Used by ddp_overhead.py, trainer_overhead.py (2 ranks) and memory.py, pipeline.py (1, 2
+or 4 ranks): ``result = on_two_ranks(body, args)`` or ``on_ranks(body, args, world=4)``
+calls ``body(rank, args)`` in every process with the process group initialised and
 returns rank 0's result.
 """
 
@@ -17,8 +18,9 @@ from neural_arch.distributed import destroy_process_group, init_process_group
 from neural_arch.utils.ports import free_port
 
 
-def _child(body: Callable[[int, Any], Any], rank: int, port: int, args: Any, out: "mp.Queue") -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _child(body: Callable[[int, Any], Any], rank: int, world: int, port: int, args: Any, out: "mp.Queue") -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
     torch.set_num_threads(1)
     init_process_group(backend="gloo")
     result = body(rank, args)
@@ -27,15 +29,26 @@ def _child(body: Callable[[int, Any], Any], rank: int, port: int, args: Any, out
     destroy_process_group()
 
 
-def on_two_ranks(body: Callable[[int, Any], Any], args: Any, timeout: float = 3600) -> Any:
-    """``body(rank, args)`` on 2 ranks; rank 0's return value."""
+def on_ranks(body: Callable[[int, Any], Any], args: Any, world: int, timeout: float = 3600) -> Any:
+    """``body(rank, args)`` on ``world`` ranks; rank 0's return value."""
     port = free_port()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(body, r, port, args, out)) for r in range(2)]
+    procs = [ctx.Process(target=_child, args=(body, r, world, port, args, out)) for r in range(world)]
     for p in procs:
         p.start()
     result = out.get(timeout=timeout)
     for p in procs:
         p.join()
     return result
+
+
+def on_two_ranks(body: Callable[[int, Any], Any], args: Any, timeout: float = 3600) -> Any:
+    """``body(rank, args)`` on 2 ranks; rank 0's return value."""
+    return on_ranks(body, args, 2, timeout)
+
+
+def load_average() -> str:
+    """The machine's load averages, for saying under what load a benchmark ran (2 cores here)."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average (1/5/15 min): {one:.2f} {five:.2f} {fifteen:.2f}"
