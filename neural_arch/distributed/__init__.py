@@ -11,7 +11,7 @@ collectives, heartbeat), ``data_parallel`` (exact DDP, sampler, loss weighting, 
 
 from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
 from neural_arch.distributed.runtime import (
-    MissingProcessGroupError, ReduceOp, all_gather, all_gather_object, all_reduce, barrier, broadcast, destroy_process_group, get_backend,
+    CollectiveFailed, MissingProcessGroupError, ReduceOp, all_gather, all_gather_object, all_reduce, barrier, broadcast, destroy_process_group, get_backend,
     get_distributed_info, get_local_rank, get_rank, get_world_size, init_process_group, is_initialized,
     reduce_scatter,
 )
@@ -32,6 +32,7 @@ __all__ = [
     "save_checkpoint",
     "save_sharded",
     "ClusterEnv",
+    "CollectiveFailed",
     "DistributedDataParallel",
     "DistributedLauncher",
     "LaunchConfig",

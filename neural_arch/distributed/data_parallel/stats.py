@@ -18,6 +18,7 @@ from typing import Sequence, TypeVar, Union
 import numpy as np
 import torch
 
+from neural_arch.distributed.runtime.calls import counted
 from neural_arch.distributed.runtime.collectives import all_gather
 from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime.process_group import get_rank
@@ -81,6 +82,7 @@ def merge_moments(
     return n, mean, m2
 
 
+@counted("global_mean_std")  # one call of the script, though it gathers inside
 def global_mean_std(x: T, dim: Dims = 0, unbiased: bool = False) -> tuple[T, T]:
     """Mean and std over ``dim`` of the data of *all* ranks together (float64 inside).
 

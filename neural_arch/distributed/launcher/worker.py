@@ -28,6 +28,7 @@ from neural_arch.distributed.env import detect_cluster_env
 from neural_arch.distributed.checkpoint.progress import on_checkpoint_saved
 from neural_arch.distributed.launcher.log_format import attempt_header, log_path, progress_marker, wait_for_lock
 from neural_arch.distributed.launcher.program import run_executable, run_python
+from neural_arch.distributed.runtime.calls import CollectiveFailed
 from neural_arch.distributed.runtime.heartbeat import describe_stragglers
 from neural_arch.distributed.runtime.process_group import abandon_process_group
 
@@ -96,7 +97,7 @@ def _is_timeout(exc: BaseException) -> bool:
 
 def _record_failure(exc: BaseException) -> None:
     traceback.print_exc()
-    if _is_timeout(exc):
+    if _is_timeout(exc) and not isinstance(exc, CollectiveFailed):  # CollectiveFailed names the ranks itself
         hint = describe_stragglers()
         if hint:
             print(f"neural_arch: {hint}", file=sys.stderr, flush=True)

@@ -8,6 +8,7 @@ Use: ``from neural_arch.distributed.runtime import init_process_group, all_reduc
 Concern: the process group's lifetime (``process_group.py``, the only module that creates
 one), out-of-place collectives on torch tensors and numpy arrays (``collectives.py``), and
 the heartbeat that turns a collective timeout into "rank N did not arrive" (``heartbeat.py``),
+the count of the script's own collective calls that those names use (``calls.py``),
 and the guard that refuses to run one rank of a multi-rank job alone (``guard.py``).
 """
 
@@ -19,6 +20,7 @@ from neural_arch.distributed.runtime.collectives import (
     broadcast,
     reduce_scatter,
 )
+from neural_arch.distributed.runtime.calls import CollectiveFailed
 from neural_arch.distributed.runtime.guard import MissingProcessGroupError, require_process_group
 from neural_arch.distributed.runtime.heartbeat import describe_stragglers
 from neural_arch.distributed.runtime.process_group import (
@@ -37,7 +39,7 @@ from neural_arch.distributed.runtime.process_group import (
 )
 
 __all__ = [
-    "MissingProcessGroupError", "ReduceOp", "abandon_process_group", "all_gather", "all_gather_object", "all_reduce",
+    "CollectiveFailed", "MissingProcessGroupError", "ReduceOp", "abandon_process_group", "all_gather", "all_gather_object", "all_reduce",
     "barrier", "broadcast", "default_backend", "describe_stragglers", "destroy_process_group", "get_backend", "get_distributed_info",
     "get_local_rank", "get_rank", "get_world_size", "init_process_group", "is_initialized", "reduce_scatter",
     "require_process_group", "resolve_backend",

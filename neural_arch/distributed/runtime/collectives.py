@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from neural_arch.distributed.runtime.calls import counted
 from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime.process_group import get_backend, get_rank, get_world_size
 
@@ -148,6 +149,7 @@ def _finish_average(t: torch.Tensor, op: ReduceOp, world_size: int) -> torch.Ten
     return t / world_size
 
 
+@counted("all_reduce")
 def all_reduce(tensor: T, op: Union[ReduceOp, str] = ReduceOp.SUM, *, check: bool = True) -> T:
     """Element-wise reduction over all ranks; every rank gets the result (default SUM)."""
     require_process_group("all_reduce")
@@ -161,6 +163,7 @@ def all_reduce(tensor: T, op: Union[ReduceOp, str] = ReduceOp.SUM, *, check: boo
     return back(_finish_average(buf, op, size))  # type: ignore[return-value]
 
 
+@counted("broadcast")
 def broadcast(tensor: T, src: int = 0, *, check: bool = True) -> T:
     """Every rank gets ``src``'s tensor; the others must pass one of the same shape/dtype."""
     require_process_group("broadcast")
@@ -175,6 +178,7 @@ def broadcast(tensor: T, src: int = 0, *, check: bool = True) -> T:
     return back(buf)  # type: ignore[return-value]
 
 
+@counted("all_gather")
 def all_gather(tensor: T, *, check: bool = True) -> list[T]:
     """Every rank's tensor, in rank order. The first dimension may differ across ranks.
 
@@ -204,6 +208,7 @@ def all_gather(tensor: T, *, check: bool = True) -> list[T]:
     return [back(p[:n]) for p, n in zip(parts, lengths)]  # type: ignore[misc]
 
 
+@counted("reduce_scatter")
 def reduce_scatter(tensor: T, op: Union[ReduceOp, str] = ReduceOp.SUM, *, check: bool = True) -> T:
     """Reduce across ranks, then rank r keeps chunk r of the first dimension.
 
@@ -228,6 +233,7 @@ def reduce_scatter(tensor: T, op: Union[ReduceOp, str] = ReduceOp.SUM, *, check:
     return back(_finish_average(buf, op, size))  # type: ignore[return-value]
 
 
+@counted("all_gather_object")
 def all_gather_object(obj: object) -> list[object]:
     """Every rank's picklable object, in rank order (identity list at world size 1)."""
     require_process_group("all_gather_object")

@@ -4,22 +4,32 @@ Used automatically: ``init_process_group`` starts a heartbeat at world size > 1,
 launcher's worker wrapper calls ``describe_stragglers()`` when a script dies of a
 collective timeout. Call it yourself in an ``except`` block to get the same line.
 
-Every rank's daemon thread writes ``(collectives issued so far, wall time)`` to the job's
-store once a second. A rank that sleeps or computes outside a collective keeps beating
-but its count falls behind; a stopped (SIGSTOP) or dead rank stops beating. Gloo's own
-timeout message ("Timed out waiting 10000ms for recv") names neither.
+Every rank's daemon thread writes ``(torch's collective count, wall time, the script's own
+collective calls, the call in progress)`` to the job's store once a second, and a last
+record marked ``left`` when it stops. A rank that sleeps, computes or skipped a call keeps
+beating but its counts fall behind; a stopped (SIGSTOP) or dead rank stops beating. Gloo's
+own timeout message ("Timed out waiting 10000ms for recv") names neither. The script's
+calls (``calls.py``) are what the message counts, e.g.
+``rank 0 timed out in collective call #3 (all_reduce); did not arrive: rank 1 (entered only
+2 collective calls; now in destroy_process_group)``; torch's count, which includes internal
+collectives, is the fallback for raw ``torch.distributed`` calls.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 import torch.distributed as dist
 
+from neural_arch.distributed.runtime import calls
+
 INTERVAL = 1.0
 """Seconds between heartbeats."""
+LEFT = "left"
+"""The last record's state: this rank left the process group."""
 
 
 def _key(rank: int) -> str:
@@ -44,8 +54,10 @@ class Heartbeat:
         self.thread = threading.Thread(target=self._beat, name=f"neural_arch-heartbeat-{rank}", daemon=True)
         self.thread.start()
 
-    def _write(self) -> None:
-        self.store.set(_key(self.rank), f"{_sequence(self.group)} {time.time():.3f}")
+    def _write(self, state: Optional[str] = None) -> None:
+        count, current = calls.progress()
+        now = state or current or "-"
+        self.store.set(_key(self.rank), f"{_sequence(self.group)} {time.time():.3f} {count} {now}")
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
@@ -53,6 +65,10 @@ class Heartbeat:
                 self._write()
             except Exception:  # noqa: BLE001 - the store is gone: the group is shutting down
                 return
+        try:
+            self._write(LEFT)  # peers can tell "left" from "hangs" at once
+        except Exception:  # noqa: BLE001 - same
+            return
 
     def stop(self) -> None:
         """Stop and join the thread; must happen before the group is destroyed, because a
@@ -82,32 +98,103 @@ def stop_heartbeat() -> None:
         _running.pop().stop()
 
 
-def describe_stragglers(stale_after: float = 3 * INTERVAL + 2) -> Optional[str]:
+@dataclass(frozen=True)
+class Beat:
+    """A peer's last heartbeat record."""
+
+    rank: int
+    sequence: int
+    """Torch's count of collectives (internal ones included)."""
+    age: float
+    """Seconds since it was written."""
+    calls: int
+    """The script's own collective calls (calls.py)."""
+    state: str
+    """The call in progress, ``destroy_process_group``, ``left``, or ``-`` (between calls)."""
+
+
+def read_beats() -> dict[int, Optional[Beat]]:
+    """Every other rank's last record (None: it never reported); raises if the store is gone."""
+    store = dist.distributed_c10d._get_default_store()
+    found: dict[int, Optional[Beat]] = {}
+    now = time.time()
+    for other in range(dist.get_world_size()):
+        if other == dist.get_rank():
+            continue
+        if not store.check([_key(other)]):
+            found[other] = None
+            continue
+        seq, stamp, count, state = store.get(_key(other)).decode().split()
+        found[other] = Beat(other, int(seq), now - float(stamp), int(count), state)
+    return found
+
+
+def _where(beat: Beat, stale_after: float) -> str:
+    if beat.state == LEFT:
+        return f"left the process group {beat.age:.0f} s ago"
+    if beat.age > stale_after:
+        return f"silent for {beat.age:.0f} s: stopped or dead"
+    return "between collectives" if beat.state == "-" else f"now in {beat.state}"
+
+
+def describe_stragglers(stale_after: float = 3 * INTERVAL + 2, verb: str = "timed out") -> Optional[str]:
     """One line naming ranks behind this one or silent, or None if it cannot tell."""
     if not dist.is_initialized():
         return None
     try:
-        group = dist.distributed_c10d._get_default_group()
-        store = dist.distributed_c10d._get_default_store()
-        rank, world, mine = dist.get_rank(), dist.get_world_size(), _sequence(group)
-        now = time.time()
-        behind, silent = [], []
-        for other in range(world):
-            if other == rank:
-                continue
-            if not store.check([_key(other)]):
-                silent.append(f"rank {other} (never reported)")
-                continue
-            seq_text, stamp = store.get(_key(other)).decode().split()
-            age = now - float(stamp)
-            if age > stale_after:
-                silent.append(f"rank {other} (silent for {age:.0f} s: stopped or dead)")
-            elif int(seq_text) < mine:
-                behind.append(f"rank {other} (entered only {seq_text} collectives)")
+        rank, mine = dist.get_rank(), _sequence(dist.distributed_c10d._get_default_group())
+        count, current = calls.progress()
+        beats = read_beats()
     except Exception:  # noqa: BLE001 - diagnosis is best effort; never mask the real error
         return None
-    if not behind and not silent:
+    missing = []
+    for other, beat in beats.items():
+        if beat is None:
+            missing.append(f"rank {other} (never reported)")
+        elif current is not None and beat.calls < count:
+            missing.append(f"rank {other} (entered only {beat.calls} collective calls; {_where(beat, stale_after)})")
+        elif beat.state == LEFT or beat.age > stale_after:
+            missing.append(f"rank {other} ({_where(beat, stale_after)})")
+        elif beat.sequence < mine:
+            missing.append(f"rank {other} (entered only {beat.sequence} collectives, internal ones included)")
+    if not missing:
         return None
-    return (
-        f"rank {rank} timed out in collective #{mine}; did not arrive: " + ", ".join(behind + silent)
-    )
+    where = f"collective call #{count} ({current})" if current is not None else f"collective #{mine}"
+    return f"rank {rank} {verb} in {where}; did not arrive: " + ", ".join(missing)
+
+
+def describe_peers() -> str:
+    """``rank 0: 3 calls, now in all_reduce`` for every other rank (best effort)."""
+    try:
+        beats = read_beats()
+    except Exception:  # noqa: BLE001 - best effort
+        return "their state is unreadable"
+    return "; ".join(f"rank {r}: never reported" if b is None else f"rank {r}: {b.calls} calls, {_where(b, 1e9)}"
+                     for r, b in beats.items())
+
+
+def peers_stopped(wait: float = 1.5 * INTERVAL) -> Optional[list[int]]:
+    """Ranks whose heartbeat has stopped (left, or no new beat within ``wait`` seconds);
+    None if the store cannot be read (then nobody can tell)."""
+    try:
+        before = read_beats()
+        time.sleep(wait)
+        after = read_beats()
+    except Exception:  # noqa: BLE001 - the store went away with its host
+        return None
+    return [r for r, b in after.items()
+            if b is None or b.state == LEFT or (before[r] is not None and b.age >= before[r].age + wait * 0.9)]
+
+
+def explain_failed_teardown() -> str:
+    """The hint for a failed barrier at teardown: a peer that exited early only when its
+    heartbeat has really stopped; otherwise which call the live peers are still in."""
+    stopped = peers_stopped()
+    if stopped is None:
+        return "the job's store is unreachable, so its host (rank 0 or the launcher) probably exited early"
+    if stopped:
+        return f"rank(s) {', '.join(map(str, stopped))} stopped beating: a peer probably exited early or was killed"
+    count, _ = calls.progress()
+    return (f"no peer exited: they still beat ({describe_peers()}; this rank: {count} calls), so the ranks called "
+            "different collectives (one skipped or added a call) or a peer is slower than the timeout")
+

@@ -22,7 +22,8 @@ import torch.distributed as dist
 
 from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
 from neural_arch.distributed.runtime.guard import require_process_group
-from neural_arch.distributed.runtime.heartbeat import start_heartbeat, stop_heartbeat
+from neural_arch.distributed.runtime import calls
+from neural_arch.distributed.runtime.heartbeat import explain_failed_teardown, start_heartbeat, stop_heartbeat
 
 DEFAULT_TIMEOUT = timedelta(minutes=10)
 """How long a collective waits for a peer before failing (and naming it) instead of hanging."""
@@ -104,6 +105,7 @@ def init_process_group(
         )
         return
     _join_world(cluster, chosen, init_method, size, me, pg_timeout, device_id)
+    calls.reset()  # every rank counts the script's collectives from here
     start_heartbeat(me, size)
 
 
@@ -198,11 +200,12 @@ def destroy_process_group() -> None:
         return
     if dist.get_world_size() > 1:
         try:
-            dist.barrier()  # before stopping our heartbeat: a slow peer may still need it
+            with calls.leaving():
+                dist.barrier()  # before stopping our heartbeat: a slow peer may still need it
         except Exception as exc:  # noqa: BLE001 - shutdown must not raise over a dead peer
             warnings.warn(
-                f"rank {dist.get_rank()}: barrier before destroy_process_group failed ({exc}); "
-                "a peer probably exited early. Tearing down anyway.",
+                f"rank {dist.get_rank()}: barrier before destroy_process_group failed "
+                f"({str(exc).strip().splitlines()[0]}); {explain_failed_teardown()}. Tearing down anyway.",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -254,6 +257,7 @@ def get_backend() -> Optional[str]:
     return dist.get_backend() if is_initialized() else None
 
 
+@calls.counted("barrier")
 def barrier() -> None:
     """Wait until every rank arrives (no-op at world size 1)."""
     require_process_group("barrier")
