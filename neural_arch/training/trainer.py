@@ -29,7 +29,9 @@ from neural_arch.training.config import Config, save_config, validate_config
 from neural_arch.training.registry import task_class
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
 from neural_arch.training.rng import seed_rank
+from neural_arch.training.run_lock import RunDirLock
 from neural_arch.training.step import evaluate, train_step
+from neural_arch.training.typed_config import ConfigError
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
 
 
@@ -58,8 +60,18 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
     ``on_step(step)`` is called after every step (tests use it to inject faults).
     ``create_data``: first create the task's data if it is missing (every rank takes part).
     """
-    # ---- set up: process group, run directory, data, model and optimizer, resume
-    parts, run_dir = _set_up(cfg, create_data)
+    # ---- set up: process group, run directory (locked: one job per directory), data, model, resume
+    lock, run_dir = _claim_run_dir(cfg)
+    try:
+        return _train(cfg, run_dir, resume, on_step, create_data)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(cfg: Config, run_dir: Path, resume: Optional[str], on_step: Optional[Callable[[int], None]],
+           create_data: bool) -> dict[str, float]:
+    parts = _set_up(cfg, create_data)
     resumed = _resume(parts, resume or cfg.checkpoint.resume, run_dir / "checkpoints")
     if resumed is not None and parts.step >= cfg.training.steps:
         return _nothing_to_do(parts, run_dir)
@@ -87,21 +99,32 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
     return _finish(parts, record, report, run_dir)
 
 
-def _set_up(cfg: Config, create_data: bool) -> tuple[TrainingComponents, Path]:
+def _claim_run_dir(cfg: Config) -> tuple[Optional[RunDirLock], Path]:
+    """Join the process group; rank 0 locks the run directory for the job's life. Every rank
+    raises the same one-line ConfigError when another job holds it."""
     training = cfg.training
     nd.init_process_group(backend=None if training.backend == "auto" else training.backend, timeout=training.timeout)
+    run_dir, lock, refused = Path(cfg.run.dir), None, None
+    if nd.get_rank() == 0:
+        try:
+            lock = RunDirLock.acquire(run_dir)
+        except ConfigError as exc:
+            refused = str(exc)
+    refused = nd.all_gather_object(refused)[0]
+    if refused is not None:
+        raise ConfigError(refused)
+    return lock, run_dir
+
+
+def _set_up(cfg: Config, create_data: bool) -> TrainingComponents:
     rank = nd.get_rank()
     validate_config(cfg, world_size=nd.get_world_size())  # again: torchrun/srun may start a world the config did not name
     device = torch.device("cuda", torch.cuda.current_device()) if nd.get_backend() == "nccl" else torch.device("cpu")
-    run_dir = Path(cfg.run.dir)
-    if rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    nd.barrier()
     task = task_class(cfg.run.task)
     if create_data and task.data_missing(cfg) is not None:
         task.create_data(cfg)
     seed_rank(cfg.run.seed, rank)
-    return TrainingComponents.build(cfg, device), run_dir
+    return TrainingComponents.build(cfg, device)
 
 
 def _resume(parts: TrainingComponents, resume: str, ckpt_dir: Path) -> Optional[int]:

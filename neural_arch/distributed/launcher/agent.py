@@ -18,7 +18,8 @@ this subclass changes these things, each found by reproducing failed restarts:
    started the trouble, not just the last attempt's casualties.
 4. **No restart that undoes a stop**: a worker that exits 128 + SIGINT/SIGTERM/SIGUSR1
    stopped on purpose (neural-arch's trainer does, after saving); SIGUSR1 sent to the
-   launcher (SLURM's time-limit warning) is passed on to the workers.
+   launcher (SLURM's time-limit warning) is passed on to the workers. Nor after an exit
+   with code 2 (a usage or configuration error, e.g. a run directory another job holds).
 5. **No restart that cannot help**: when a rank fails with the same Python exception at
    the same place as in the previous attempt, and no checkpoint was saved in between, the
    remaining restarts are dropped (``restart_policy.py``; single-node jobs only, since the
@@ -41,7 +42,7 @@ from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElas
 
 from neural_arch.distributed.launcher.log_format import progress_marker
 from neural_arch.distributed.launcher.records import FailureRecord
-from neural_arch.distributed.launcher.restart_policy import repeated_failure, stopped_on_request
+from neural_arch.distributed.launcher.restart_policy import repeated_failure, stopped_on_request, usage_error
 
 __all__ = ["FailureRecord", "RobustElasticAgent"]
 
@@ -125,6 +126,10 @@ class RobustElasticAgent(LocalElasticAgent):
         self.stopped_by = stopped_on_request(self.failure_history, self._attempts - 1)
         if self.stopped_by is not None:
             self._remaining_restarts = 0  # the stop was asked for: a restart would undo it
+            return
+        refused = usage_error(self.failure_history, self._attempts - 1)
+        if refused is not None and self._remaining_restarts > 0:
+            self.gave_up, self._remaining_restarts = refused, 0
             return
         if not self._stop_repeated or self._remaining_restarts == 0:
             return

@@ -108,3 +108,16 @@ def stopped_on_request(history: Sequence[FailureRecord], attempt: int) -> Option
         if record.attempt == attempt and record.signal is None and record.exitcode - 128 in STOP_SIGNALS:
             return record.exitcode - 128
     return None
+
+
+USAGE_ERROR = 2
+"""The exit code of a usage or configuration error (argparse's, and neural-arch's one-line errors)."""
+
+
+def usage_error(history: Sequence[FailureRecord], attempt: int) -> Optional[str]:
+    """Why a restart after ``attempt`` cannot help when a rank exited with code 2, or None."""
+    for record in history:
+        if record.attempt == attempt and record.signal is None and record.exitcode == USAGE_ERROR:
+            return (f"rank {record.rank} exited with code {USAGE_ERROR}, a usage or configuration error (its "
+                    "message is below); a restart would give the same answer")
+    return None

@@ -1,0 +1,64 @@
+"""One job per run directory: an exclusive lock that the kernel releases when its holder dies.
+
+Used by trainer.py (rank 0 holds ``RunDirLock(run_dir)`` for the job's life) and by
+``neural-arch train`` before it starts any worker (``RunDirLock.probe(run_dir)``)::
+
+    lock = RunDirLock.acquire(Path("runs/gpt"))   # ConfigError naming the holder if taken
+    ...
+    lock.release()
+
+Why: two jobs in one run directory (a resubmitted job while the first still runs, or
+workers orphaned by a killed launcher) prune and overwrite each other's checkpoints. An
+``flock`` on ``RUN_DIR/.lock`` is held by an open file, so a crash, SIGKILL or OOM kill
+frees it at once and a restarted job takes it again; no stale-lock cleanup is ever needed.
+The file records who holds it (pid, host, command) for the error message.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Optional
+
+from neural_arch.training.typed_config import ConfigError
+
+LOCK_FILE = ".lock"
+
+
+class RunDirLock:
+    """An exclusive lock on a run directory (hold the object: closing its file releases it)."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd: Optional[int] = fd
+        self.path = path
+
+    @classmethod
+    def acquire(cls, run_dir: Path) -> "RunDirLock":
+        """Take the lock of ``run_dir`` (created if missing) or raise a one-line ``ConfigError``."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ConfigError(f"run.dir={str(run_dir)!r} is in use by another job ({holder}); wait for it to end, "
+                              "stop it, or choose another run.dir") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:300]}\n".encode())
+        return cls(fd, path)
+
+    @classmethod
+    def probe(cls, run_dir: Path) -> None:
+        """Raise the ``ConfigError`` of ``acquire`` if another job holds ``run_dir`` now; hold nothing."""
+        if run_dir.is_dir():
+            cls.acquire(run_dir).release()
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
