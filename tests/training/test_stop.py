@@ -82,11 +82,16 @@ def test_rerunning_a_finished_run_does_nothing(tmp_path):
     run = tmp_path / "run"
     args = [*BASE, "--set", f"run.dir={run}", "training.steps=6"]
     assert cli(*args).returncode == 0
-    outputs = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run.rglob("*") if p.is_file()}
+    outputs = files(run)
     again = cli(*args)
     assert again.returncode == 0, again.stderr
     assert "already at step 6 of 6; nothing to do (use --resume none or a new run.dir" in again.stdout
-    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run.rglob("*") if p.is_file()} == outputs
+    assert files(run) == outputs
+
+
+def files(run: Path) -> dict[Path, tuple[int, bytes]]:
+    """Every output file of a run with its modification time and bytes (the job lock is not an output)."""
+    return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
 
 
 @pytest.mark.timeout(420)
