@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from neural_arch.utils.atomic import commit_file
-from neural_arch.distributed.checkpoint import load_checkpoint
+from neural_arch.distributed.checkpoint import load_checkpoint, with_whole_model
 
 PathLike = Union[str, Path]
 
@@ -166,8 +166,8 @@ def export_checkpoint(checkpoint: PathLike, output: PathLike, build_model: Build
     found = load_checkpoint(path)
     if found is None:
         raise ValueError(f"no checkpoint found in {path} (no step_* directories); train first or fix the path.")
-    _, state = found
-    built = build_model(state)
+    info, state = found
+    built = build_model(with_whole_model(info.path, state))
     if isinstance(built, ExportSpec):
         return export_module(built.module, built.example, output, built.atol)
     model, mean, std, example = built

@@ -23,7 +23,7 @@ def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
 
 def read_checkpoint(path: str) -> dict[str, Any]:
     """The state of the newest usable checkpoint at ``path``; ValueError naming the path if none."""
-    from neural_arch.distributed.checkpoint import load_checkpoint  # torch: only once the arguments are fine
+    from neural_arch.distributed.checkpoint import load_checkpoint, with_whole_model  # torch: once the arguments are fine
 
     where = Path(path)
     if (where / "checkpoints").is_dir():
@@ -34,7 +34,8 @@ def read_checkpoint(path: str) -> dict[str, Any]:
     found = load_checkpoint(where)
     if found is None:
         raise ValueError(f"--checkpoint {path}: no checkpoint there (no step_* directories); train first or fix the path")
-    return found[1]
+    info, state = found
+    return with_whole_model(info.path, state)  # a sharded checkpoint's model, gathered here in one process
 
 
 def task_of(state: dict[str, Any]) -> type[Task]:

@@ -8,7 +8,8 @@ plain tensors, numbers and lists, so checkpoints load with ``torch.load(weights_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 import torch
 
@@ -54,18 +55,32 @@ class TrainingComponents:
         return self.placement.model
 
     def checkpoint_state(self) -> dict[str, Any]:
-        """Checkpoint content (call on every rank: it gathers every rank's RNG state)."""
+        """Checkpoint content (call on every rank: it gathers every rank's RNG state). With
+        ``checkpoint.format: sharded`` the model and optimizer are left out: ``shard_state()``."""
+        sharded = self.cfg.checkpoint.format == "sharded"
+        weights = {"shards": True} if sharded else {
+            "model": self.placement.model_state(), "optimizer": self.placement.optimizer_state(self.optimizer)}
         return {
-            "model": self.placement.model_state(), "optimizer": self.placement.optimizer_state(self.optimizer),
-            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+            **weights, "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
             "sampler": self.sampler.state_dict(), "step": self.step, "world_size": nd.get_world_size(),
             "rng": nd.all_gather_object(capture_rng()), "config": config_to_dict(self.cfg),
             "task": self.task.state_dict(),
         }
 
-    def restore(self, state: dict[str, Any], seed: int) -> None:
-        """Continue from ``checkpoint_state()`` of a run on any number of ranks."""
-        self.placement.load(self.optimizer, state["model"], state["optimizer"])
+    def shard_state(self) -> Optional[dict[str, Any]]:
+        """This rank's shards of the model and optimizer for a sharded checkpoint; None for a full one."""
+        if self.cfg.checkpoint.format != "sharded":
+            return None
+        return self.placement.shard_state(self.optimizer)
+
+    def restore(self, state: dict[str, Any], seed: int, step_dir: Optional[Path] = None) -> None:
+        """Continue from ``checkpoint_state()`` of a run on any number of ranks (``step_dir``:
+        where it was read from, for a sharded checkpoint's shards)."""
+        if state.get("shards"):
+            assert step_dir is not None, "a sharded checkpoint needs its step directory"
+            self.placement.load_shards(self.optimizer, step_dir)
+        else:
+            self.placement.load(self.optimizer, state["model"], state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.sampler.load_state_dict(state["sampler"])

@@ -103,6 +103,10 @@ class CheckpointConfig:
     """Checkpoints kept on disk (older ones are deleted after a successful save)."""
     resume: str = "auto"
     """``auto`` (newest in run.dir if any), ``none`` (start fresh) or a checkpoint path."""
+    format: str = "full"
+    """``full``: rank 0 writes the whole single-process state (gathered from any layout);
+    ``sharded``: every rank writes its own shards with DCP (nothing gathered; for models too
+    large for one process). Both resume on any layout; export and generate read both."""
     requeue_on_stop: bool = False
     """Under SLURM: after a stop signal (e.g. ``--signal=USR1@120`` before the time limit) has been
     saved, rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` so the job queues again and resumes."""
@@ -154,6 +158,7 @@ _RANGES: dict[str, RangeRule] = {
     "training.val_every": at_least(0), "training.timeout": POSITIVE,
     "checkpoint.every_steps": at_least(0), "checkpoint.keep_last": at_least(1),
     "checkpoint.resume": ((lambda v: v != ""), "'auto', 'none' or a checkpoint path"),
+    "checkpoint.format": ((lambda v: v in ("full", "sharded")), "'full' or 'sharded'"),
     "logging.every_steps": at_least(1),
 }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 import math
+from pathlib import Path
 from typing import Any, ContextManager, Optional
 
 import torch
@@ -89,6 +90,29 @@ class Placement:
         set_model_state_dict(self.plain, model_state, options=_full(cpu_offload=False))
         by_name = _rekey(optim_state, dict(enumerate(self._names())))
         set_optimizer_state_dict(self.plain, optimizer, by_name, options=_full(cpu_offload=False))
+
+    def shard_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """This rank's part of the model and optimizer state (DTensors where sharded), named as in
+        the full model, for a sharded checkpoint (``checkpoint.format: sharded``); nothing gathered."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        from neural_arch.distributed.parallel import dcp_savable
+
+        return dcp_savable({"model": get_model_state_dict(self.plain),
+                            "optim": get_optimizer_state_dict(self.plain, optimizer)})
+
+    def load_shards(self, optimizer: torch.optim.Optimizer, step_dir: Path) -> None:
+        """Load a sharded checkpoint saved on any layout into this placement (DCP reshards)."""
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+        from neural_arch.distributed.checkpoint import load_shards
+        from neural_arch.distributed.parallel import dcp_restore
+
+        target = self.shard_state(optimizer)  # allocated in this run's layout: DCP fills it in place
+        load_shards(step_dir, target)
+        loaded = dcp_restore(target)
+        set_model_state_dict(self.plain, loaded["model"])
+        set_optimizer_state_dict(self.plain, optimizer, loaded["optim"])
 
     def whole_model(self, task: Task) -> nn.Module:
         """The unsharded model for rank 0's report (call on every rank: a sharded layout gathers it)."""

@@ -137,7 +137,7 @@ def _resume(parts: TrainingComponents, resume: str, ckpt_dir: Path) -> Optional[
             raise ValueError(f"--resume {resume}: no checkpoint there; use --resume auto or none.")
         return None
     info, state = found
-    parts.restore(state, parts.cfg.run.seed)
+    parts.restore(state, parts.cfg.run.seed, info.path)
     if nd.get_rank() == 0 and parts.step < parts.cfg.training.steps:
         print(f"resuming from step {info.step} of {parts.cfg.training.steps} (checkpoint {info.path})", flush=True)
     return info.step
@@ -197,7 +197,7 @@ def _one_step(parts: TrainingComponents, batch: nd.IndexBatch, record: LoopRecor
 
 def _save(parts: TrainingComponents, run_dir: Path, metric: Optional[float]) -> None:
     save_checkpoint(run_dir / "checkpoints", parts.step, parts.checkpoint_state(),
-                    keep_last=parts.cfg.checkpoint.keep_last, metric=metric)
+                    keep_last=parts.cfg.checkpoint.keep_last, metric=metric, shards=parts.shard_state())
 
 
 def _finish(parts: TrainingComponents, record: LoopRecord, report: RunReporter, run_dir: Path) -> dict[str, float]:

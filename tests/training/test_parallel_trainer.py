@@ -9,10 +9,15 @@ hold the full single-process state, so a run saved on one layout resumes on anot
 """
 
 import math
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from neural_arch.distributed.checkpoint import load_checkpoint
 from tests.apps.gpt.helpers import make_corpus
 from tests.training.test_trainer import (
     BASE, assert_params, cli, final_params, gpt_args, launch_fault, metrics, sample_ids,
@@ -122,6 +127,7 @@ def test_saved_on_one_process_resumes_on_an_interleaved_pipeline(corpus, tmp_pat
     (["parallel.tp=2", "parallel.dp_shard=2"], "= 4 but the world has 2 processes"),
     (["parallel.pp=2", "parallel.microbatches=4"], "not divisible by parallel dp_size 1 x parallel.microbatches 4"),
     ([*PIPE, "training.grad_accum_steps=2"], "a pipeline already accumulates over parallel.microbatches"),
+    ([*PIPE, "checkpoint.format=sharded"], "checkpoint.format=sharded with parallel.pp=2 is not supported yet"),
     (["parallel.pp=2"], "microbatches=1 is less than pp=2"),
     (["parallel.tp=2", "model.n_heads=1"], "does not divide the model's 1 attention heads"),
     (["parallel.tp=2", "regression"], "run.task='regression' has none"),  # an app without a plan
@@ -148,3 +154,29 @@ def test_killed_rank_on_fsdp_resumes_bitwise(corpus, tmp_path):
     assert "resumed from step 4" in (runs["kill"] / "logs" / "rank_0.log").read_text()
     assert_params(final_params(runs["kill"]), final_params(runs["none"]), atol=0)
     assert losses(runs["kill"]) == losses(runs["none"])
+
+
+@pytest.mark.timeout(600)
+def test_sharded_checkpoints_resume_on_other_layouts_and_serve_generate(corpus, reference, tmp_path):
+    """checkpoint.format=sharded: each FSDP rank writes its own shards (nothing gathered), and
+    the run resumes on TP x2 and on 1 process; generate reads the shards in one process."""
+    run, copy = tmp_path / "tp", tmp_path / "one"
+    train(run, corpus, 5, "--set", "parallel.dp_shard=2", "checkpoint.format=sharded", procs=2)
+    step = run / "checkpoints" / "step_00000005"
+    assert (step / "shards" / ".metadata").is_file() and len(list((step / "shards").glob("*.distcp"))) == 2
+    assert "model" not in torch.load(step / "state.pt", weights_only=True)  # the weights are only in the shards
+    shutil.copytree(run, copy, symlinks=True)
+    train(run, corpus, 10, "--set", "parallel.tp=2", "checkpoint.format=sharded", procs=2)
+    train(copy, corpus, 10, procs=1)  # a full checkpoint at the end, from the sharded one at step 5
+    for resumed in (run, copy):
+        assert "resumed from step 5" in (resumed / "logs" / "rank_0.log").read_text()
+        assert_resumed_exactly(resumed, reference)
+    text = subprocess.run([sys.executable, "-m", "neural_arch.cli", "generate", "--checkpoint", str(run), "--prompt",
+                           "ab", "--length", "8", "--temperature", "0"], capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and text.stdout.strip(), text.stdout + text.stderr
+    # A damaged shard makes its step unusable: loading falls back to the previous checkpoint.
+    shard = next((run / "checkpoints" / "step_00000010" / "shards").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-1] + b"x")
+    with pytest.warns(RuntimeWarning, match="does not match the sha256"):
+        info, _ = load_checkpoint(run / "checkpoints")
+    assert info.step == 8  # checkpoint.every_steps=4: the one before step 10

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from neural_arch.distributed.checkpoint import load_checkpoint
+from neural_arch.distributed.checkpoint import load_checkpoint, with_whole_model
 from neural_arch.training.config import load_config
 from neural_arch.training import step as step_module
 from neural_arch.training.trainer import train
@@ -65,7 +65,7 @@ def launch_fault(mode: str, step: int, ranks: int, *args: str) -> subprocess.Com
 def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
     found = load_checkpoint(run_dir / "checkpoints")
     assert found is not None, f"no checkpoint in {run_dir}"
-    return found[1]["model"]
+    return with_whole_model(found[0].path, found[1])["model"]  # a sharded checkpoint's too
 
 
 def metrics(run_dir: Path) -> list[dict]:

@@ -18,6 +18,7 @@ from neural_arch.distributed.checkpoint.errors import CheckpointError
 from neural_arch.distributed.checkpoint.layout import CheckpointInfo
 from neural_arch.distributed.checkpoint.replicated import list_checkpoints, load_checkpoint, save_checkpoint
 from neural_arch.distributed.checkpoint.sharded import load_sharded, save_sharded
+from neural_arch.distributed.checkpoint.shards import has_shards, load_shards, read_whole_shards, with_whole_model
 
-__all__ = ["CheckpointError", "CheckpointInfo", "list_checkpoints", "load_checkpoint", "load_sharded",
-           "save_checkpoint", "save_sharded"]
+__all__ = ["CheckpointError", "CheckpointInfo", "has_shards", "list_checkpoints", "load_checkpoint", "load_sharded",
+           "load_shards", "read_whole_shards", "save_checkpoint", "save_sharded", "with_whole_model"]

@@ -4,7 +4,8 @@ the ``last``/``best`` pointers, and pruning.
 Not called directly; see ``neural_arch.distributed.checkpoint`` for how to save and load::
 
     run/checkpoints/
-      step_00000020/state.pt, manifest.json   # manifest: format, step, metric, size + sha256
+      step_00000020/state.pt, manifest.json   # manifest: format, step, metric, size + sha256 of each file
+      step_00000040/state.pt, shards/, ...     # a sharded checkpoint: DCP files of every rank too
       last -> step_00000020, best -> ...       # symlinks, so checkpoints/last/state.pt opens by hand
       .tmp-*                                   # staging leftovers of a crash: ignored, pruned
 
@@ -57,30 +58,32 @@ def step_name(step: int) -> str:
 
 
 def write_manifest(step_dir: Path, step: int, metric: Optional[float]) -> None:
-    """Describe the finished ``STATE_FILE`` of ``step_dir`` (size, sha256); written last, so a
-    step directory with a manifest has everything the manifest lists."""
-    state = step_dir / STATE_FILE
+    """Describe every finished file of ``step_dir`` (``STATE_FILE``, and the DCP shards of a
+    sharded checkpoint) by size and sha256; written last, so a step directory with a
+    manifest has everything the manifest lists."""
+    files = sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
     manifest = {"format": FORMAT, "step": step, "metric": metric,
-                "files": {STATE_FILE: {"sha256": sha256(state), "bytes": state.stat().st_size}},
+                "files": {p.relative_to(step_dir).as_posix(): {"sha256": sha256(p), "bytes": p.stat().st_size}
+                          for p in files},
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     write_file(step_dir / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
 
 
 def verified_manifest(step_dir: Path) -> dict[str, Any]:
-    """The manifest of ``step_dir`` once its state file matches it in size and sha256;
+    """The manifest of ``step_dir`` once every file it lists matches it in size and sha256;
     raises ``DamagedCheckpoint`` saying what does not match."""
     manifest = read_manifest(step_dir)
-    entry = manifest["files"][STATE_FILE]
-    file = step_dir / STATE_FILE
-    try:
-        size = file.stat().st_size
-    except OSError as exc:
-        raise DamagedCheckpoint(f"{STATE_FILE} cannot be read: {exc}") from None
-    if size != entry["bytes"]:
-        raise DamagedCheckpoint(
-            f"{STATE_FILE} has {size} bytes, the manifest says {entry['bytes']}; it was truncated or overwritten")
-    if sha256(file) != entry["sha256"]:
-        raise DamagedCheckpoint(f"{STATE_FILE} does not match the sha256 in its manifest; the file is corrupt")
+    for name, entry in manifest["files"].items():
+        file = step_dir / name
+        try:
+            size = file.stat().st_size
+        except OSError as exc:
+            raise DamagedCheckpoint(f"{name} cannot be read: {exc}") from None
+        if size != entry["bytes"]:
+            raise DamagedCheckpoint(
+                f"{name} has {size} bytes, the manifest says {entry['bytes']}; it was truncated or overwritten")
+        if sha256(file) != entry["sha256"]:
+            raise DamagedCheckpoint(f"{name} does not match the sha256 in its manifest; the file is corrupt")
     return manifest
 
 

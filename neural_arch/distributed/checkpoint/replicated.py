@@ -31,6 +31,7 @@ from neural_arch.distributed.checkpoint.layout import (
 from neural_arch.distributed.checkpoint.loadable import check_loadable
 from neural_arch.distributed.checkpoint.progress import checkpoint_saved
 from neural_arch.distributed.checkpoint.rank0 import on_rank0
+from neural_arch.distributed.checkpoint.shards import stage_shards
 from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.utils.atomic import commit_dir, fsync_dir, make_tmp_dir, remove, write_file
 
@@ -40,7 +41,7 @@ __all__ = ["list_checkpoints", "load_checkpoint", "save_checkpoint"]
 
 def save_checkpoint(
     directory: PathLike, step: int, state: dict[str, Any], *, keep_last: int = 3,
-    metric: Optional[float] = None, lower_is_better: bool = True,
+    metric: Optional[float] = None, lower_is_better: bool = True, shards: Optional[dict[str, Any]] = None,
 ) -> Optional[CheckpointInfo]:
     """Write ``state`` as ``directory/step_{step:08d}``; call on every rank with the same step.
 
@@ -50,6 +51,11 @@ def save_checkpoint(
     Afterwards only the newest ``keep_last`` step directories and the ``last``/``best``
     targets are kept (``best``: the best ``metric`` so far, lower or higher per
     ``lower_is_better``).
+
+    ``shards``: a state dict of (DTensor-)sharded tensors that every rank saves its own part
+    of with DCP, into ``shards/`` of the same step directory (``shards.py``); ``state`` then
+    holds the rest (small, replicated). The manifest covers every file, so a damaged shard
+    makes the whole step unusable and loading falls back to the previous one.
     """
     require_process_group("save_checkpoint")  # else every rank would write, racing, as "rank 0"
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -59,8 +65,10 @@ def save_checkpoint(
     if not isinstance(state, dict):
         raise ValueError(f"state must be a dict (e.g. {{'model': model.state_dict()}}), got {type(state).__name__}.")
     value = None if metric is None else float(metric)
-    info = on_rank0(lambda: _write_checkpoint(Path(directory), step, state, keep_last, value, lower_is_better),
-                    f"could not write checkpoint step {step} to {directory}")
+    failed = f"could not write checkpoint step {step} to {directory}"
+    staged = None if shards is None else stage_shards(Path(directory), step_name(step), shards, failed)
+    info = on_rank0(lambda: _write_checkpoint(Path(directory), step, state, keep_last, value, lower_is_better, staged),
+                    failed)
     if info is not None:
         checkpoint_saved(info.path)
     return info
@@ -120,10 +128,11 @@ def list_checkpoints(directory: PathLike) -> list[CheckpointInfo]:
 
 
 def _write_checkpoint(
-    directory: Path, step: int, state: dict[str, Any], keep_last: int, metric: Optional[float], lower_is_better: bool
+    directory: Path, step: int, state: dict[str, Any], keep_last: int, metric: Optional[float], lower_is_better: bool,
+    staged: Optional[Path] = None,
 ) -> CheckpointInfo:
     name = step_name(step)
-    _commit_step_dir(directory, name, step, state, metric)
+    _commit_step_dir(directory, name, step, state, metric, staged)
     try:
         update_pointers(directory, name, metric, lower_is_better)
     except OSError as exc:
@@ -135,13 +144,15 @@ def _write_checkpoint(
     return CheckpointInfo(path=directory / name, step=step, metric=metric)
 
 
-def _commit_step_dir(directory: Path, name: str, step: int, state: dict[str, Any], metric: Optional[float]) -> None:
-    """Stage ``state`` and its manifest under ``.tmp-*`` and rename it to ``directory/name``;
-    on failure nothing but the staging directory was touched, and it is removed."""
-    tmp: Optional[Path] = None
+def _commit_step_dir(directory: Path, name: str, step: int, state: dict[str, Any], metric: Optional[float],
+                     staged: Optional[Path] = None) -> None:
+    """Stage ``state`` and its manifest under ``.tmp-*`` (``staged``: already holding the shards)
+    and rename it to ``directory/name``; on failure nothing but the staging directory was
+    touched, and it is removed."""
+    tmp: Optional[Path] = staged
     try:
         check_loadable(state)
-        tmp = make_tmp_dir(directory, name)
+        tmp = tmp or make_tmp_dir(directory, name)
         write_file(tmp / STATE_FILE, lambda f: torch.save(state, f))
         write_manifest(tmp, step, metric)
         fsync_dir(tmp)
