@@ -3,7 +3,7 @@
 Used by trainer.py (rank 0 holds ``RunDirLock(run_dir)`` for the job's life) and by
 ``neural-arch train`` before it starts any worker (``RunDirLock.probe(run_dir)``)::
 
-    lock = RunDirLock.acquire(Path("runs/gpt"))   # ConfigError naming the holder if taken
+    lock = RunDirLock.acquire(Path("runs/mine"))  # ConfigError naming the holder if taken
     ...
     lock.release()
 
