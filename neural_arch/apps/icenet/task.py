@@ -123,7 +123,7 @@ class IceNetTask(Task):
         preds = {"model": ice_probability(logits) > 0.5,
                  "persistence": sm.sic_to_ice(batch["persistence_sic"]),
                  "climatology": sm.sic_to_ice(batch["climatology_sic"])}
-        parts = [torch.stack([loss.double().sum(), torch.tensor(float(len(loss)), dtype=torch.float64)]).cpu()]
+        parts = [torch.stack([loss.double().sum(), torch.tensor(float(len(loss)), dtype=torch.float64, device=loss.device)]).cpu()]
         for name in FORECASTERS:
             parts.append(sm.seaice_sums(preds[name], batch["target_sic"], active, self.train.cell_area_km2).reshape(-1).cpu())
         return torch.cat(parts)

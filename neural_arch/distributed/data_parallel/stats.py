@@ -54,9 +54,9 @@ def _flatten_reduced(x: torch.Tensor, dim: Dims) -> torch.Tensor:
 
 def local_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(count, mean, M2) of float64 samples along dim 0; two passes for accuracy."""
-    n = torch.tensor(float(x.shape[0]), dtype=torch.float64)
+    n = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)  # stacked with x's moments
     if x.shape[0] == 0:
-        zeros = torch.zeros(x.shape[1:], dtype=torch.float64)
+        zeros = torch.zeros(x.shape[1:], dtype=torch.float64, device=x.device)
         return n, zeros, zeros.clone()
     mean = x.mean(dim=0)
     m2 = ((x - mean) ** 2).sum(dim=0)
@@ -106,7 +106,7 @@ def global_mean_std(x: T, dim: Dims = 0, unbiased: bool = False) -> tuple[T, T]:
             "every rank must pass the same non-reduced dimensions, a rank without data an "
             f"empty array such as shape (0, ...). Details: {exc}"
         ) from exc
-    no_features = torch.tensor(0.0, dtype=torch.float64)  # count is irrelevant then
+    no_features = torch.tensor(0.0, dtype=torch.float64, device=data.device)  # count is irrelevant then
     parts = [(p[0].reshape(-1)[0] if p[0].numel() else no_features, p[1], p[2]) for p in gathered]
     n, mean, m2 = merge_moments(parts)
     divisor = n - 1 if unbiased else n

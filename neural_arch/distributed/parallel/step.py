@@ -128,9 +128,9 @@ class PipelineRunner:
         self._sums = {}
         rows = torch.arange(self.capacity, device=inputs.device)
         self.schedule.step(self._pad(inputs), target=rows)
-        self._sum_tied_gradients()
+        self._sum_tied_gradients(inputs.device)
         total = torch.stack([self._sums[k] for k in sorted(self._sums)]).sum() if self._sums \
-            else torch.zeros((), dtype=torch.float64)
+            else torch.zeros((), dtype=torch.float64, device=inputs.device)  # nccl broadcasts device tensors
         total = total.to(torch.float64).reshape(1).clone()
         dist.broadcast(total, group=self.group, group_src=self._last_rank)
         return float(total.item())
@@ -155,12 +155,12 @@ class PipelineRunner:
         dist.all_gather_object(everyone, mine, group=self.group)
         return [next((r[i] for r in everyone if r[i] is not None), None) for i in range(len(self._tied))]
 
-    def _sum_tied_gradients(self) -> None:
+    def _sum_tied_gradients(self, device: torch.device) -> None:
         for (names, params), meta in zip(self._tied, self._tied_shapes):
             if meta is None:
                 continue  # no stage holds it (cannot happen for a declared group)
             grads = [_local(p.grad) for p in params if p.grad is not None]
-            total = torch.stack(grads).sum(0) if grads else torch.zeros(meta[0], dtype=meta[1])
+            total = torch.stack(grads).sum(0) if grads else torch.zeros(meta[0], dtype=meta[1], device=device)
             dist.all_reduce(total, group=self.group)
             for p in params:
                 assert p.grad is not None, f"tied parameter {names[0]} got no gradient on its stage"
