@@ -31,4 +31,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"wrote {ns.output} (TorchScript vs eager max abs difference {diff:.2e})")
         return 0
 
-    return run_reporting(PROG, export, ValueError, KeyError)
+    from neural_arch.distributed.checkpoint.errors import CheckpointError  # torch: once the arguments are fine
+
+    # An unusable or refused (possibly malicious) checkpoint is bad input: one line, exit 2.
+    return run_reporting(PROG, export, ValueError, KeyError, CheckpointError)

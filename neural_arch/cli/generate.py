@@ -46,4 +46,7 @@ def main(argv: Sequence[str]) -> int:
         sys.stdout.write((prompt + text).decode("utf-8", "replace") + "\n")
         return 0
 
-    return run_reporting(PROG, generate, ValueError, KeyError)
+    from neural_arch.distributed.checkpoint.errors import CheckpointError  # torch: once the arguments are fine
+
+    # An unusable or refused (possibly malicious) checkpoint is bad input: one line, exit 2.
+    return run_reporting(PROG, generate, ValueError, KeyError, CheckpointError)

@@ -1,5 +1,6 @@
-"""The two checkpoint exceptions: ``CheckpointError`` (users see it) and
-``DamagedCheckpoint`` (one step directory cannot be loaded; the loaders fall back).
+"""The checkpoint exceptions: ``CheckpointError`` (users see it), its ``UnsafeCheckpoint``
+(a file would have run code when loaded; refused) and ``DamagedCheckpoint`` (one step
+directory cannot be loaded; the loaders fall back).
 
 Use: ``except CheckpointError as exc: print(exc)``; the message says what failed, why,
 and which checkpoint is still intact.
@@ -10,6 +11,11 @@ from __future__ import annotations
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written or read; the message says which, why, and what is left."""
+
+
+class UnsafeCheckpoint(CheckpointError):
+    """A checkpoint file holds a pickle that would import or call something a checkpoint never
+    contains; it was refused before anything in it ran."""
 
 
 class DamagedCheckpoint(Exception):

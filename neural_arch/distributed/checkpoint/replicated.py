@@ -10,9 +10,9 @@ Run (any world size; every rank calls the same line with the same step)::
 
 A step directory appears only complete (staged under ``.tmp-*``, fsynced, manifest last,
 then renamed; see ``layout.py`` for the files), and ``load_checkpoint`` checks size and
-sha256 before unpickling, falling back to the previous checkpoint with a
-``RuntimeWarning`` when the newest one is damaged. Ranks must share one filesystem (one
-node, or NFS/Lustre/GPFS).
+sha256 before unpickling (and unpickles nothing that could run code: ``untrusted.py``),
+falling back to the previous checkpoint with a ``RuntimeWarning`` when the newest one is
+damaged or refused. Ranks must share one filesystem (one node, or NFS/Lustre/GPFS).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from neural_arch.distributed.checkpoint.layout import (
 from neural_arch.distributed.checkpoint.loadable import check_loadable
 from neural_arch.distributed.checkpoint.progress import checkpoint_saved
 from neural_arch.distributed.checkpoint.rank0 import on_rank0
-from neural_arch.distributed.checkpoint.shards import stage_shards
+from neural_arch.distributed.checkpoint.shards import SHARDS, has_shards, stage_shards
+from neural_arch.distributed.checkpoint.untrusted import read_dcp_metadata, safe_torch_load
 from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.utils.atomic import commit_dir, fsync_dir, make_tmp_dir, remove, write_file
 
@@ -165,9 +166,13 @@ def _commit_step_dir(directory: Path, name: str, step: int, state: dict[str, Any
 
 
 def _load_one(step_dir: Path, map_location: Union[str, torch.device]) -> tuple[CheckpointInfo, dict[str, Any]]:
-    manifest = verified_manifest(step_dir)
+    manifest = verified_manifest(step_dir)  # sizes and sha256 first: nothing is unpickled from a changed file
     try:
-        state = torch.load(step_dir / STATE_FILE, map_location=map_location, weights_only=True)
+        state = safe_torch_load(step_dir / STATE_FILE, map_location=map_location)
+        if has_shards(state):  # refuse a planted pickle here, where loading can still fall back
+            read_dcp_metadata(step_dir / SHARDS)
+    except CheckpointError as exc:  # refused as unsafe, or not DCP metadata: one line naming the file
+        raise DamagedCheckpoint(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - any unpickling failure makes it unusable
-        raise DamagedCheckpoint(f"torch.load failed: {exc}") from None
+        raise DamagedCheckpoint(f"could not be read: {' '.join(str(exc).split())}") from None
     return CheckpointInfo(path=step_dir, step=manifest["step"], metric=manifest["metric"]), state

@@ -17,12 +17,13 @@ from __future__ import annotations
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
-from neural_arch.distributed.checkpoint.errors import CheckpointError
+from neural_arch.distributed.checkpoint.errors import CheckpointError, UnsafeCheckpoint
 from neural_arch.distributed.checkpoint.layout import PathLike
 from neural_arch.distributed.checkpoint.progress import checkpoint_saved
 from neural_arch.distributed.checkpoint.rank0 import on_rank0
+from neural_arch.distributed.checkpoint.untrusted import METADATA, read_dcp_metadata
 from neural_arch.distributed.runtime.collectives import all_gather_object
 from neural_arch.distributed.runtime.process_group import get_rank, is_initialized
 from neural_arch.utils.atomic import commit_dir, make_tmp_dir, remove
@@ -41,7 +42,7 @@ def save_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
     failed = f"could not write sharded checkpoint {final}"
     tmp = final.parent / on_rank0(lambda: make_tmp_dir(final.parent, final.name).name, failed)
     try:
-        with _quiet_single_process():
+        with quiet_single_process():
             dcp.save(state_dict, checkpoint_id=tmp, no_dist=not is_initialized())
     except Exception as exc:
         # DCP gathers per-rank failures, so every rank gets here together.
@@ -56,26 +57,47 @@ def load_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
     """Load ``directory`` (written by ``save_sharded`` at any world size) into ``state_dict`` in place.
 
     Call on every rank, with tensors/DTensors already allocated in the target shapes and layouts.
+    Nothing in the files runs: the metadata and every non-tensor entry are read with
+    allowlisting unpicklers (``dcp_reader.py``), and a refused file raises ``UnsafeCheckpoint``.
     """
-    import torch.distributed.checkpoint as dcp
+    from neural_arch.distributed.checkpoint.dcp_reader import load_dcp  # here: importing DCP costs ~0.6 s
 
     path = Path(directory)
-    seen = all_gather_object((path / ".metadata").is_file())  # why: a rank raising alone would hang the rest
-    missing = [rank for rank, ok in enumerate(seen) if not ok]
+    problems = all_gather_object(_metadata_problem(path))  # why: a rank raising alone would hang the rest
+    missing = [rank for rank, problem in enumerate(problems) if problem == ("missing", "")]
     if missing:
         raise CheckpointError(
-            f"no sharded checkpoint at {path} (no .metadata file) as seen by rank(s) {missing}; pass the "
+            f"no sharded checkpoint at {path} (no {METADATA} file) as seen by rank(s) {missing}; pass the "
             "directory save_sharded wrote, on a filesystem every rank can read."
         )
+    for kind, message in filter(None, problems):
+        raise UnsafeCheckpoint(message) if kind == "unsafe" else CheckpointError(message)
     try:
-        with _quiet_single_process():
-            dcp.load(state_dict, checkpoint_id=path, no_dist=not is_initialized())
+        load_dcp(state_dict, path, no_dist=not is_initialized())
+    except CheckpointError:  # already one line, naming the directory
+        raise
     except Exception as exc:
         raise CheckpointError(f"could not load sharded checkpoint {path}: {exc}") from exc
 
 
+def _metadata_problem(path: Path) -> Optional[tuple[str, str]]:
+    """``(kind, message)`` if ``path``'s DCP metadata cannot be used here (kind: missing, unsafe,
+    damaged), else None; read with the allowlisting unpickler before DCP touches the directory."""
+    try:
+        read_dcp_metadata(path)
+    except FileNotFoundError:
+        return ("missing", "")
+    except OSError as exc:
+        return ("damaged", f"{path / METADATA} cannot be read: {exc}")
+    except UnsafeCheckpoint as exc:
+        return ("unsafe", str(exc))
+    except CheckpointError as exc:
+        return ("damaged", str(exc))
+    return None
+
+
 @contextmanager
-def _quiet_single_process() -> Iterator[None]:
+def quiet_single_process() -> Iterator[None]:
     """Hide DCP's "assuming ... a single process" warning: world size 1 is a supported case here."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
