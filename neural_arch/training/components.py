@@ -64,8 +64,12 @@ class TrainingComponents:
             **weights, "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
             "sampler": self.sampler.state_dict(), "step": self.step, "world_size": nd.get_world_size(),
             "rng": nd.all_gather_object(capture_rng()), "config": config_to_dict(self.cfg),
-            "task": self.task.state_dict(),
+            "task": self.task.state_dict(), **self._compression_state(),
         }
+
+    def _compression_state(self) -> dict[str, Any]:
+        state = self.placement.compression_state()  # a collective when there is any
+        return {} if state is None else {"compression": state}
 
     def shard_state(self) -> Optional[dict[str, Any]]:
         """This rank's shards of the model and optimizer for a sharded checkpoint; None for a full one."""
@@ -87,6 +91,9 @@ class TrainingComponents:
         self.step = int(state["step"])
         self.task.load_state_dict(state.get("task", {}))
         rank = nd.get_rank()
+        note = self.placement.load_compression_state(state.get("compression"))
+        if note is not None and rank == 0:
+            print(note, flush=True)
         if state["world_size"] == nd.get_world_size():
             restore_rng(state["rng"][rank])
         else:  # the old per-rank streams mean nothing at another world size

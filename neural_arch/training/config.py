@@ -24,6 +24,8 @@ import yaml
 
 from neural_arch.apps import DEFAULT_TASK
 from neural_arch.distributed.parallel.layout import ParallelLayout
+from neural_arch.distributed.data_parallel.compression import Compression
+from neural_arch.training.batch_sizes import check_batch_sizes
 from neural_arch.training.layout_check import checked_layout, layout_active
 from neural_arch.training.registry import task_class
 from neural_arch.training.task import RangeRule, Task
@@ -144,6 +146,8 @@ class Config:
     """Metrics and progress output."""
     parallel: ParallelLayout = field(default_factory=ParallelLayout)
     """How the model is spread over the ranks; all defaults: a full replica per rank (DDP)."""
+    ddp: Compression = field(default_factory=Compression)
+    """DDP's gradient exchange: bucket size and compression (``none``, the default, is exact)."""
 
 
 # ---- range rules of the framework's sections: key path -> (predicate, what is allowed);
@@ -160,6 +164,8 @@ _RANGES: dict[str, RangeRule] = {
     "checkpoint.resume": ((lambda v: v != ""), "'auto', 'none' or a checkpoint path"),
     "checkpoint.format": ((lambda v: v in ("full", "sharded")), "'full' or 'sharded'"),
     "logging.every_steps": at_least(1),
+    "ddp.powersgd_rank": at_least(1), "ddp.bucket_mb": POSITIVE,
+    "ddp.powersgd_warmup_steps": (lambda v: v >= 2, ">= 2 (DDP settles its buckets after step 1; PowerSGD starts after)"),
 }
 
 
@@ -204,24 +210,10 @@ def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
     dp_ranks = world_size
     if layout_active(cfg.parallel):
         dp_ranks = checked_layout(cfg.parallel, world_size, task, cfg)
-    _check_batch_sizes(cfg.training, world_size, dp_ranks, cfg.parallel.microbatches)
-
-
-def _check_batch_sizes(training: TrainingConfig, world_size: Optional[int], dp_ranks: Optional[int],
-                       microbatches: int = 1) -> None:
-    """``dp_ranks``: the ranks that share each global batch (the world, or a layout's dp_size);
-    ``microbatches``: a pipeline's parts of each share."""
-    if training.global_batch_size % training.grad_accum_steps:
-        raise ConfigError(f"training.global_batch_size={training.global_batch_size} is not divisible by training."
-                          f"grad_accum_steps={training.grad_accum_steps}; use a multiple of {training.grad_accum_steps}")
-    if world_size is not None and world_size < 1:
-        raise ConfigError(f"world_size={world_size!r}: must be >= 1")
-    parts = (training.grad_accum_steps, "grad_accum_steps") if microbatches == 1 else (microbatches, "parallel.microbatches")
-    unit = (dp_ranks or 1) * parts[0]
-    who = f"world size {world_size}" if dp_ranks == world_size else f"parallel dp_size {dp_ranks}"
-    if training.global_batch_size % unit:
-        raise ConfigError(f"training.global_batch_size={training.global_batch_size} is not divisible by {who} "
-                          f"x {parts[1]} {parts[0]}; use a multiple of {unit}")
+    check_batch_sizes(cfg.training, world_size, dp_ranks, cfg.parallel.microbatches)
+    if cfg.ddp.compression != "none" and layout_active(cfg.parallel):
+        raise ConfigError(f"ddp.compression={cfg.ddp.compression} with a parallel: layout: compression applies to plain "
+                          "DDP's gradient all-reduce only; set ddp.compression=none or leave parallel: at its defaults")
 
 
 def config_to_dict(cfg: Config) -> dict:

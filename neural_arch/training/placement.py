@@ -114,6 +114,17 @@ class Placement:
         set_model_state_dict(self.plain, loaded["model"])
         set_optimizer_state_dict(self.plain, optimizer, loaded["optim"])
 
+    def compression_state(self) -> Optional[dict[str, Any]]:
+        """DDP's gradient-compression state (PowerSGD's error feedback of every rank) for the checkpoint;
+        None when there is none. A collective: call on every rank."""
+        return self.model.compression_state() if isinstance(self.model, nd.DistributedDataParallel) else None
+
+    def load_compression_state(self, state: Optional[dict[str, Any]]) -> Optional[str]:
+        """Continue compression from ``compression_state()``; a one-line note when it restarts instead."""
+        if not isinstance(self.model, nd.DistributedDataParallel):
+            return None
+        return self.model.load_compression_state(state)
+
     def whole_model(self, task: Task) -> nn.Module:
         """The unsharded model for rank 0's report (call on every rank: a sharded layout gathers it)."""
         if not self.sharded:
@@ -139,8 +150,9 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
     """DDP over every rank, or the config's ``parallel:`` layout applied to the task's model."""
     model = task.build_model().to(device)
     if not layout_active(cfg.parallel):
-        return Placement(nd.DistributedDataParallel(model), model, nd.get_rank(), nd.get_world_size(),
-                         leader=True, sharded=False)
+        compression = cfg.ddp if cfg.ddp.compression != "none" else None
+        ddp = nd.DistributedDataParallel(model, bucket_size_mb=cfg.ddp.bucket_mb, compression=compression)
+        return Placement(ddp, model, nd.get_rank(), nd.get_world_size(), leader=True, sharded=False)
     from neural_arch.distributed import parallel as par
 
     layout = par.validate(cfg.parallel, nd.get_world_size())

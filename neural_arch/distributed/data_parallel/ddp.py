@@ -12,7 +12,10 @@ backward). What this adds:
   seeds, ``with no_sync():`` with no argument covers every live wrapper of this process.
 - ``sync_gradients()``: safe at any time. It averages gradients that were accumulated
   under ``no_sync`` and not yet synchronised, and does nothing when the last backward
-  already synchronised them, so it never averages twice.
+  already synchronised them, so it never averages twice. It always averages exactly.
+- ``compression=Compression("bf16" | "fp16" | "powersgd", ...)`` (compression.py): less
+  communication for inexact gradients, on gloo as on NCCL; ``compression_state()`` /
+  ``load_compression_state()`` carry PowerSGD's state through a checkpoint.
 - A clear ``UnusedParametersError`` naming the parameters that got no gradient when
   ``find_unused_parameters=False``, instead of torch's "Expected to have finished
   reduction in the prior iteration" message.
@@ -31,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
+from neural_arch.distributed.data_parallel.compression import Compression, attach
 from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime.process_group import get_rank, get_world_size
 
@@ -56,6 +60,7 @@ class DistributedDataParallel(nn.Module):
         broadcast_buffers: bool = True,
         gradient_as_bucket_view: bool = False,
         static_graph: bool = False,
+        compression: Optional[Compression] = None,
         **torch_ddp_options: Any,
     ) -> None:
         super().__init__()
@@ -84,6 +89,11 @@ class DistributedDataParallel(nn.Module):
         # Not registered as a submodule: its parameters are self.module's, and the state
         # dict should read "module.<name>" exactly once.
         object.__setattr__(self, "_ddp", ddp)
+        if compression is not None:
+            compression.check()  # a bad setting is an error at any world size
+        # At world size 1 nothing is communicated, so there is nothing to compress.
+        use = ddp is not None and compression is not None
+        self._compressor = attach(ddp, module, compression, self.bucket_size_mb) if use else None
         DistributedDataParallel._live.add(self)
 
     @staticmethod
@@ -105,6 +115,14 @@ class DistributedDataParallel(nn.Module):
     def torch_ddp(self) -> Optional[TorchDDP]:
         """The underlying torch DDP object (None at world size 1)."""
         return self._ddp
+
+    def compression_state(self) -> Optional[dict[str, Any]]:
+        """PowerSGD's state for a checkpoint (a collective: call on every rank); None when stateless."""
+        return self._compressor.checkpoint_state() if self._compressor is not None else None
+
+    def load_compression_state(self, state: Optional[dict[str, Any]]) -> Optional[str]:
+        """Continue PowerSGD from ``compression_state()``; a one-line reason when it starts afresh instead."""
+        return self._compressor.load_state(state or {}) if self._compressor is not None else None
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         ddp = self._ddp

@@ -1,0 +1,141 @@
+"""Gradient compression vs raw torch DDP on a communication-bound MLP, 2 ranks x 1 thread, gloo.
+
+Run: ``.venv/bin/python benchmarks/compression.py [--rounds 7 --steps 20 --batch 64]``
+     ``.venv/bin/python benchmarks/compression.py --collectives``  (the all-reduce/all-gather
+     cost of one model-sized gradient in fp32, fp16 and bf16 on gloo)
+
+Every setting trains its own copy of the same MLP (64 -> 2048 -> 2048 -> 2048 -> 10, 8.55 M
+parameters, 34 MB of fp32 gradients per step) from the same initial weights on the same
+global batches (a fixed teacher labels Gaussian inputs; each rank takes every second row).
+Raw ``torch.nn.parallel.DistributedDataParallel`` is the exact run. Each round times
+``--steps`` steps of every setting, in an order rotated per round so drift hits all alike;
+per-step times are taken on rank 0 between barriers. Prints samples/s per setting, the
+median of per-round ratios against raw DDP, and the loss of each final model on a held-out
+set against the exact run's (target: the best setting >= 1.3x raw DDP with its loss within
+2% of exact). On 2 shared cores any other load moves single rounds by tens of percent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from neural_arch.distributed import DistributedDataParallel
+from neural_arch.distributed.data_parallel.compression import Compression
+from two_ranks import load_average, on_two_ranks  # benchmarks/ is on sys.path when a script here runs
+
+SETTINGS = {"raw DDP (exact)": None, "fp16": Compression("fp16"), "bf16": Compression("bf16"),
+            "powersgd rank 1": Compression("powersgd", powersgd_rank=1),
+            "powersgd rank 2": Compression("powersgd", powersgd_rank=2),
+            "powersgd rank 4": Compression("powersgd", powersgd_rank=4)}
+IN, OUT = 64, 10
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(IN, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048),
+                         nn.ReLU(), nn.Linear(2048, OUT))
+
+
+def global_batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batch ``step`` of the stream (every setting sees the same ones): Gaussian inputs, teacher labels."""
+    teacher = torch.randn(IN, OUT, generator=torch.Generator().manual_seed(12345))
+    x = torch.randn(size, IN, generator=torch.Generator().manual_seed(step))
+    return x, (x @ teacher).argmax(dim=1)
+
+
+def wrap(setting: Compression | None) -> nn.Module:
+    if setting is None:
+        return nn.parallel.DistributedDataParallel(make_model())
+    return DistributedDataParallel(make_model(), compression=setting)
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, first: int, steps: int, batch: int) -> float:
+    """``steps`` steps from stream position ``first``; seconds per step (rank 0, between barriers)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    data = [global_batch(first + i, batch * world) for i in range(steps)]
+    dist.barrier()
+    start = time.perf_counter()
+    for x, y in data:
+        opt.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(model(x[rank::world]), y[rank::world]).backward()
+        opt.step()
+    dist.barrier()
+    return (time.perf_counter() - start) / steps
+
+
+def body(rank: int, args: argparse.Namespace) -> dict:
+    models = {name: wrap(s) for name, s in SETTINGS.items()}
+    opts = {name: torch.optim.SGD(m.parameters(), lr=args.lr, momentum=0.9) for name, m in models.items()}
+    done = {name: 0 for name in models}
+    times: dict[str, list[float]] = {name: [] for name in models}
+    names = list(models)
+    for r in range(args.rounds + 1):  # round 0 warms up (and covers PowerSGD's plain all-reduce steps)
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            seconds = train(models[name], opts[name], done[name], args.steps, args.batch)
+            done[name] += args.steps
+            if r:
+                times[name].append(seconds)
+    x, y = global_batch(10**6, 4096)  # held out: never a training batch
+    with torch.no_grad():
+        losses = {name: float(nn.functional.cross_entropy(m(x), y)) for name, m in models.items()}
+    return {"times": times, "losses": losses, "steps": done}
+
+
+def collectives(rank: int, args: argparse.Namespace) -> dict[str, float]:
+    """Median seconds of one model-sized gradient exchange per dtype and collective."""
+    n = sum(p.numel() for p in make_model().parameters())
+    cases = {f"all_reduce {d}": (dist.all_reduce, d) for d in ("float32", "float16", "bfloat16")}
+    cases["all_gather bfloat16"] = (None, "bfloat16")
+    out: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.rounds):
+        for name, (op, dtype) in cases.items():
+            t = torch.randn(n).to(getattr(torch, dtype))
+            parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+            dist.barrier()
+            start = time.perf_counter()
+            op(t) if op is not None else dist.all_gather(parts, t)
+            dist.barrier()
+            out[name].append(time.perf_counter() - start)
+    return {name: statistics.median(v) for name, v in out.items()}
+
+
+def report(result: dict, args: argparse.Namespace) -> None:
+    times, losses = result["times"], result["losses"]
+    base = "raw DDP (exact)"
+    params = sum(p.numel() for p in make_model().parameters())
+    print(f"model: MLP {params / 1e6:.2f} M params ({params * 4 / 1e6:.1f} MB fp32 gradients), batch {args.batch}/rank, "
+          f"2 ranks gloo, 1 thread each; {args.rounds} rounds x {args.steps} steps after a warm-up round; "
+          f"{result['steps'][base]} steps per setting; {load_average()}")
+    print(f"{'setting':<18} {'median step':>12} {'samples/s':>10} {'x raw DDP':>10} {'held-out loss':>14} {'vs exact':>9}")
+    for name in times:
+        step = statistics.median(times[name])
+        ratio = statistics.median(b / t for b, t in zip(times[base], times[name]))
+        rel = losses[name] / losses[base] - 1
+        print(f"{name:<18} {step * 1e3:9.1f} ms {2 * args.batch / step:10.1f} {ratio:9.2f}x {losses[name]:14.4f} "
+              f"{rel:+8.2%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=64, help="samples per rank per step")
+    parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--collectives", action="store_true", help="time the collectives only")
+    args = parser.parse_args()
+    if args.collectives:
+        for name, seconds in on_two_ranks(collectives, args).items():
+            print(f"{name:<22} {seconds * 1e3:8.1f} ms")
+        print(load_average())
+        return
+    report(on_two_ranks(body, args), args)
+
+
+if __name__ == "__main__":
+    main()
