@@ -38,12 +38,12 @@ import torch
 import xarray as xr
 
 from neural_arch.apps.icenet.synth import IceNetSpec, create_dataset, init_store, train_months, write_months
+from neural_arch.apps.icenet.validate import FIELDS, check_layout, check_values
 
-__all__ = ["IceNetSpec", "IceNetData", "create_dataset", "init_store", "write_months", "CLASS_THRESHOLDS"]
+__all__ = ["IceNetSpec", "IceNetData", "check_store", "create_dataset", "init_store", "write_months", "CLASS_THRESHOLDS"]
 
 CREATE_HINT = "create it with `neural-arch create-data --config configs/icenet.yaml` (or train with --create-data)"
 CLASS_THRESHOLDS = (0.15, 0.8)  # open water < 0.15 <= marginal ice < 0.8 <= full ice
-FIELDS = ("siconca", "tas_anom", "tos_anom")
 STORE_FIELDS = ("grid", "cell_km", "years", "start_year", "seed")  # what the stored data depends on
 
 
@@ -56,15 +56,18 @@ def _open(path: Path) -> xr.Dataset:
         raise ValueError(f"IceNet data at {path} cannot be opened ({type(exc).__name__}: {exc}); {CREATE_HINT}") from exc
 
 
-def _validate(ds: xr.Dataset, path: Path) -> None:
-    expected = {**{name: ("time", "yc", "xc") for name in FIELDS}, "land_mask": ("yc", "xc")}
-    for name, dims in expected.items():
-        if name not in ds.variables:
-            raise ValueError(f"IceNet data at {path} has no variable {name!r} (found {sorted(ds.data_vars)}); {CREATE_HINT}")
-        if ds[name].dims != dims:
-            raise ValueError(f"IceNet data at {path}: {name} has dims {ds[name].dims}, expected {dims}; {CREATE_HINT}")
-    if "time" not in ds.coords or not np.issubdtype(ds["time"].dtype, np.datetime64):
-        raise ValueError(f"IceNet data at {path} has no datetime 'time' coordinate; {CREATE_HINT}")
+def check_store(path: Union[str, Path]) -> IceNetSpec:
+    """Check the whole store at ``path`` before training on it (layout, then every value: see
+    ``validate.py``; reads each month once); its spec, or ValueError in one line."""
+    path = Path(path)
+    ds = _open(path)
+    try:
+        check_layout(ds, path)
+        spec = _resolve_spec(ds, path, None)
+        check_values(ds, path)
+    finally:
+        ds.close()
+    return spec
 
 
 def _resolve_spec(ds: xr.Dataset, path: Path, spec: Optional[IceNetSpec]) -> IceNetSpec:
@@ -95,7 +98,7 @@ class IceNetData:
             raise ValueError(f"IceNetData: split={split!r} must be 'train' or 'val'.")
         self.path, self.split = Path(path), split
         self._ds = _open(self.path)
-        _validate(self._ds, self.path)
+        check_layout(self._ds, self.path)
         self.spec = _resolve_spec(self._ds, self.path, spec)
         s = self.spec
         self.times = self._ds["time"].values.astype("datetime64[M]")

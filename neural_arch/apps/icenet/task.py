@@ -22,12 +22,13 @@ import torch
 from torch import nn
 
 import neural_arch.distributed as nd
-from neural_arch.apps.icenet.data import IceNetData, IceNetSpec, init_store, write_months
+from neural_arch.apps.icenet.data import IceNetData, IceNetSpec, check_store, init_store, write_months
 from neural_arch.apps.icenet.model import IceNetUNet, ice_probability, masked_weighted_cross_entropy
 from neural_arch.apps.icenet import metrics as sm
 from neural_arch.apps.icenet.config import SECTIONS
 from neural_arch.export import ExportSpec
 from neural_arch.training.task import Task
+from neural_arch.training.typed_config import ConfigError
 
 FORECASTERS = ("model", "persistence", "climatology")
 
@@ -63,6 +64,12 @@ class IceNetTask(Task):
     @classmethod
     def data_missing(cls, cfg: Any) -> Optional[str]:
         if Path(cfg.data.path).exists():
+            # A store is there (maybe the user's own): check all of it now, before any rank starts
+            # or anything is written; a bad one is the user's to fix, never recreated over.
+            try:
+                check_store(cfg.data.path)
+            except ValueError as exc:
+                raise ConfigError(f"data.path={cfg.data.path!r}: {exc}") from None
             return None
         return (f"data.path={cfg.data.path!r}: no IceNet data there; create it with `neural-arch create-data "
                 "--config FILE` or add --create-data to the train command")
