@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
+from neural_arch.distributed.launcher.listen import serving_store
 from neural_arch.distributed.launcher.log_format import progress_marker
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import repeated_failure, stopped_on_request, usage_error
@@ -75,10 +76,8 @@ class RobustElasticAgent(LocalElasticAgent):
             port = worker_group.master_port
             if handler.use_agent_store:
                 self._fresh_store = None  # the previous attempt's server, and its stale keys, go away
-                self._fresh_store = dist.TCPStore(
-                    worker_group.master_addr, 0, is_master=True, multi_tenant=True,
-                    wait_for_workers=False, timeout=timedelta(seconds=300),
-                )
+                # On the workers' master address only, not on every interface (listen.py).
+                self._fresh_store = serving_store(worker_group.master_addr, 0, timedelta(seconds=300))
                 port = self._fresh_store.port
             self._store.set(key, f"{port} {uuid.uuid4().hex[:12]}")
         port_text, attempt_id = self._store.get(key).decode().split()

@@ -45,6 +45,9 @@ class LaunchConfig:
     """Collective timeout in seconds for the workers; a hung rank fails the group after it."""
     run_id: Optional[str] = None
     """Job id shared by all nodes (elastic jobs); default: derived from the master address."""
+    job_token: Optional[str] = None
+    """What a node must present to join this multi-node job (default: run_id, else the
+    scheduler's job id, e.g. SLURM_JOB_ID); a node with another token is refused."""
     rank0_only: bool = False
     """Show only rank 0's output on the console (all ranks still write their logs)."""
     shutdown_timeout: int = 5
@@ -148,7 +151,7 @@ def config_from_args(ns: argparse.Namespace) -> LaunchConfig:
         master_addr=addr, master_port=port, backend=ns.backend,
         max_restarts=ns.max_restarts, monitor_interval=ns.monitor_interval,
         start_timeout=ns.start_timeout, log_dir=ns.log_dir, timeout=ns.timeout,
-        run_id=ns.run_id, rank0_only=ns.rank0_only, shutdown_timeout=ns.shutdown_timeout,
+        run_id=ns.run_id, job_token=ns.job_token, rank0_only=ns.rank0_only, shutdown_timeout=ns.shutdown_timeout,
         rdzv_backend=None if ns.standalone else ns.rdzv_backend, rdzv_conf=compat.rdzv_conf(ns.rdzv_conf),
         local_addr=ns.local_addr, role=ns.role,
         run_as="module" if ns.module else "executable" if ns.no_python else "script",

@@ -8,6 +8,11 @@ Built on torch.distributed.elastic (agent, rendezvous, restarts; see agent.py fo
 change). Workers see exactly torchrun's variables, so torchrun/Fabric/Accelerate scripts
 run unmodified. One node without ``--master_port`` gets a free port from the OS (two jobs
 never collide); ``--nnodes=MIN:MAX`` is an elastic job over a c10d rendezvous.
+
+Exposure and lifetime (README "Security"): every store listens on one address (loopback
+for one node; see listen.py, rendezvous.py), a multi-node job admits only nodes with its
+job token (job_token.py), workers die with the launcher (lifeline.py) and the launcher's
+temporary directory goes with it (scratch.py).
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import traceback
 import uuid
@@ -26,13 +30,17 @@ from typing import Optional, Sequence
 from torch.distributed.elastic.agent.server.api import WorkerSpec
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.rendezvous import RendezvousParameters
-from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
 from neural_arch.distributed.launcher.agent import RobustElasticAgent
 from neural_arch.distributed.launcher.args import PROG, LaunchUsageError, parse_launch_args
 from neural_arch.distributed.launcher.config import LaunchConfig, config_from_args
 from neural_arch.distributed.launcher.failures import format_failure_summary
+from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken, resolve_job_token
+from neural_arch.distributed.launcher.listen import LOOPBACK, loopback_interface
+from neural_arch.distributed.launcher.log_format import clear_progress_markers
 from neural_arch.distributed.launcher.program import check_program
+from neural_arch.distributed.launcher.rendezvous import rendezvous_handler
+from neural_arch.distributed.launcher.scratch import ScratchDir
 
 
 def _is_local(addr: str) -> bool:
@@ -65,7 +73,9 @@ class DistributedLauncher:
 
     def _rendezvous(self, run_id: str) -> RendezvousParameters:
         c = self.config
-        extra = {"local_addr": c.local_addr, **c.rdzv_conf}
+        # One node: the agent store the workers meet at is on loopback (torch: this host's FQDN).
+        local_addr = c.local_addr or (LOOPBACK if c.max_nodes == 1 else None)
+        extra = {"local_addr": local_addr, **c.rdzv_conf}
         if c.max_nodes == 1 and c.master_port is None and c.rdzv_backend != "static":
             # Port 0: the OS picks a free port atomically, so concurrent jobs never collide.
             return RendezvousParameters(backend="c10d", endpoint="127.0.0.1:0", run_id=run_id,
@@ -84,8 +94,10 @@ class DistributedLauncher:
     def _worker_args(self, script: str, args: Sequence[str], log_dir: Path) -> tuple[str, ...]:
         c = self.config
         shown = () if c.console_local_ranks is None else ("--local-ranks", ",".join(map(str, c.console_local_ranks)))
+        # --parent-pid: this process starts the workers (torch elastic's agent runs in it); they die with it.
         return ("-u", "-m", "neural_arch.distributed.launcher.worker", "--console", "rank0" if c.rank0_only else "all",
-                *shown, "--run-as", c.run_as, "--log-dir", str(log_dir), script, *args)
+                *shown, "--run-as", c.run_as, "--log-dir", str(log_dir), "--parent-pid", str(os.getpid()),
+                script, *args)
 
     def preflight(self, script: str) -> None:
         """Fail fast on what can be checked before starting anything (ValueError / RuntimeError)."""
@@ -103,18 +115,19 @@ class DistributedLauncher:
     def _launch(self, script: str, *args: str) -> int:
         c = self.config
         run_id = c.run_id or (f"na-{c.master_addr}-{c.master_port}" if c.max_nodes > 1 else uuid.uuid4().hex[:12])
-        with tempfile.TemporaryDirectory(prefix="neural_arch_") as scratch:
-            log_dir = Path(c.log_dir) if c.log_dir else Path(scratch) / "logs"
+        with ScratchDir() as scratch:
+            log_dir = Path(c.log_dir) if c.log_dir else scratch / "logs"
+            clear_progress_markers(log_dir)  # an earlier job's, e.g. one whose launcher was killed
             params = self._rendezvous(run_id)
             spec = WorkerSpec(
                 role=c.role, local_world_size=c.nproc, entrypoint=sys.executable,
                 event_log_handler=c.event_log_handler, virtual_local_rank=c.virtual_local_rank,
-                args=self._worker_args(script, args, log_dir), rdzv_handler=get_rendezvous_handler(params),
+                args=self._worker_args(script, args, log_dir), rdzv_handler=rendezvous_handler(params, self._job_token()),
                 max_restarts=c.max_restarts, monitor_interval=c.monitor_interval,
                 master_addr=c.master_addr if params.backend == "static" else None,
                 master_port=c.master_port if params.backend == "static" else None,
             )
-            agent = RobustElasticAgent(spec=spec, logs_specs=DefaultLogsSpecs(log_dir=str(Path(scratch) / "elastic")),
+            agent = RobustElasticAgent(spec=spec, logs_specs=DefaultLogsSpecs(log_dir=str(scratch / "elastic")),
                                        shutdown_timeout=c.shutdown_timeout, log_dir=log_dir,
                                        stop_repeated_failures=c.max_nodes == 1)
             saved = dict(os.environ)
@@ -124,6 +137,7 @@ class DistributedLauncher:
                 result = agent.run()
             finally:
                 spec.rdzv_handler.shutdown()
+                clear_progress_markers(log_dir)
                 os.environ.clear()
                 os.environ.update(saved)
                 if usr1 is not None:
@@ -149,7 +163,30 @@ class DistributedLauncher:
         if "OMP_NUM_THREADS" not in os.environ and self.config.nproc > 1:
             # As torchrun: N workers sharing the cores should not each start all threads.
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.config.nproc))
+        loopback = loopback_interface()
+        if self.config.max_nodes == 1 and loopback is not None:
+            # One node: the workers' own gloo/NCCL sockets on loopback too (gloo binds the
+            # address the host name resolves to, NCCL its first non-loopback interface).
+            for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+                env[name] = os.environ.get(name, loopback)
         return env
+
+    def _job_token(self) -> Optional[JobToken]:
+        """What this node presents to join a multi-node job (None on one node)."""
+        c = self.config
+        if c.max_nodes == 1:
+            return None
+        try:
+            from neural_arch.distributed.env import detect_cluster_env
+
+            cluster = detect_cluster_env()
+        except ValueError:  # this launcher's own environment need not describe a rank
+            cluster = None
+        token = resolve_job_token(c.job_token, c.run_id, cluster)
+        if token is None:
+            print(f"launcher: note: no job token (--job-token, --rdzv-id or a scheduler's job id), so any launcher "
+                  f"pointed at {c.master_addr}:{c.master_port} may join this job.", file=sys.stderr, flush=True)
+        return token
 
 
 def _forward_usr1(agent: RobustElasticAgent) -> Optional[object]:
@@ -180,6 +217,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         return 1
     try:
         return launcher._launch(ns.script, *ns.script_args)  # preflight done above, where errors exit 2
+    except ForeignJobError as exc:  # a wrong port or token: the same command would be refused again
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - the job's machinery failed, not the user's input
         traceback.print_exc()
         print(f"{prog}: the launcher itself failed ({type(exc).__name__}: {exc}); "

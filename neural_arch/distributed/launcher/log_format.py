@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -32,6 +33,12 @@ def progress_marker(log_dir: Path, attempt: str) -> Path:
     """The file a worker of attempt ``attempt`` (NEURAL_ARCH_ATTEMPT) creates once it has
     saved a checkpoint: the launcher's restart policy reads it as progress."""
     return Path(log_dir) / "progress" / f"attempt_{attempt}"
+
+
+def clear_progress_markers(log_dir: Path) -> None:
+    """Remove ``LOG_DIR/progress/``: a job's markers matter to that job's restarts only, and
+    one file per attempt would otherwise pile up in a reused log directory."""
+    shutil.rmtree(Path(log_dir) / "progress", ignore_errors=True)
 
 
 def attempt_header(rank: int, attempt: str, pid: int) -> str:

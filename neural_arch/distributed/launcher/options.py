@@ -44,6 +44,9 @@ def _rendezvous(g: argparse._ArgumentGroup) -> None:
         help="HOST[:PORT] where nodes meet; sets --master-addr/--master-port (port default 29400)")
     add("--rdzv-id", "--rdzv_id", "--run-id", "--run_id", dest="run_id", default=None,
         help="job id shared by all nodes (None: derived from the endpoint)")
+    add("--job-token", "--job_token", default=None,
+        help="multi-node: every node must present this token to join, so a foreign job on the same port is "
+             "refused (None: --rdzv-id, else the scheduler's job id such as SLURM_JOB_ID)")
     add("--rdzv-conf", "--rdzv_conf", default="",
         help="more rendezvous settings, KEY=VALUE,... (e.g. join_timeout=900,last_call_timeout=5)")
     add("--standalone", action="store_true",

@@ -14,8 +14,11 @@ import shutil
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Sequence
+
+from neural_arch.distributed.launcher.lifeline import KERNEL_WATCH, die_with_parent
 
 
 def check_program(script: str, run_as: str) -> None:
@@ -50,7 +53,8 @@ def run_python(script: str, args: Sequence[str], run_as: str) -> None:
 def run_executable(program: str, args: Sequence[str]) -> int:
     """Run ``program`` as a child sharing this worker's output; its exit code. A child killed
     by a signal kills this worker with the same signal, so the launcher reports it as such."""
-    code = subprocess.call([program, *args])
+    # The program dies with this worker, as the worker dies with the launcher (lifeline.py).
+    code = subprocess.call([program, *args], preexec_fn=partial(die_with_parent, os.getpid()) if KERNEL_WATCH else None)
     if code < 0:
         sys.stdout.flush()
         sys.stderr.flush()

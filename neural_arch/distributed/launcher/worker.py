@@ -2,8 +2,11 @@
 
 The launcher starts every worker as
 ``python -m neural_arch.distributed.launcher.worker [--log-dir DIR] [--console all|rank0|none]
-[--local-ranks 0,1] [--run-as script|module|executable] SCRIPT ARGS``; you rarely run it by hand.
+[--local-ranks 0,1] [--run-as script|module|executable] [--parent-pid PID] SCRIPT ARGS``; you
+rarely run it by hand.
 
+- Lifetime: with ``--parent-pid`` (the launcher passes its own) the worker dies when the
+  launcher dies, even by SIGKILL (``lifeline.py``).
 - Output: the worker's stdout and stderr (including subprocesses and C++ code, since whole
   file descriptors are redirected) are appended, unprefixed, to ``DIR/rank_N.log`` and
   shown on the console prefixed ``[rank N]``.
@@ -26,6 +29,7 @@ from typing import Optional, Sequence
 
 from neural_arch.distributed.env import detect_cluster_env
 from neural_arch.distributed.checkpoint.progress import on_checkpoint_saved
+from neural_arch.distributed.launcher.lifeline import die_with_parent
 from neural_arch.distributed.launcher.log_format import attempt_header, log_path, progress_marker, wait_for_lock
 from neural_arch.distributed.launcher.program import run_executable, run_python
 from neural_arch.distributed.runtime.calls import CollectiveFailed
@@ -150,9 +154,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--console", choices=["all", "rank0", "none"], default="all")
     parser.add_argument("--local-ranks", default=None, help="show only these local ranks (comma-separated)")
     parser.add_argument("--run-as", choices=["script", "module", "executable"], default="script")
+    parser.add_argument("--parent-pid", type=int, default=None, help="the launcher's pid: die when it dies")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
+    if ns.parent_pid is not None:  # first: nothing is started or written for a launcher already gone
+        die_with_parent(ns.parent_pid)
     cluster = detect_cluster_env()
     rank = cluster.rank
     log = log_path(Path(ns.log_dir), rank) if ns.log_dir else None

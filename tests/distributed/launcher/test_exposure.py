@@ -1,0 +1,153 @@
+"""What a job exposes and how long its processes live: loopback-only listeners, no orphans,
+no temp directory left, and a foreign job refused at the rendezvous.
+
+Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_exposure.py -q``
+
+The running-job tests look at the job from outside, as the kernel sees it: the launcher's
+whole process tree from /proc, each process's socket inodes matched against
+/proc/net/tcp{,6}. Each job gets its own TMPDIR, so "no temp directory left" means that
+directory is empty, whatever other jobs on the machine do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.launcher.proc_tree import alive, is_loopback, listening, process_tree
+from tests.helpers.multiproc import free_port
+from tests.helpers.paths import SCRIPTS
+from tests.training.test_stop import LONG, wait_for_rows
+
+pytestmark = pytest.mark.multiprocess  # every test here runs launchers and their workers
+
+LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
+PROBE = str(SCRIPTS / "launch_probe.py")
+GONE_WITHIN = 10.0
+"""Seconds after the launcher's death or stop by which every process of the job must be gone."""
+
+
+def start(cmd: list[str], tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """Run ``cmd`` with its own TMPDIR; output to a file (a pipe nobody reads could block the
+    workers' log pumps, which would then look like survivors). Returns (process, output file)."""
+    tmp, out = tmp_path / "tmp", tmp_path / "out.txt"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    with open(out, "w") as sink:
+        return subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env), out
+
+
+def wait_for_text(out: Path, texts: list[str], proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(text in out.read_text() for text in texts):
+        assert proc.poll() is None, out.read_text()
+        assert time.monotonic() < deadline, out.read_text()
+        time.sleep(0.1)
+
+
+def job_tree(proc: subprocess.Popen, workers: int) -> set[int]:
+    """The launcher's process tree once its ``workers`` workers are all in it."""
+    deadline = time.monotonic() + 30
+    while True:
+        tree = process_tree(proc.pid)
+        found = [pid for pid in tree if b"launcher.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        if len(found) >= workers or time.monotonic() > deadline:
+            return tree
+        time.sleep(0.1)
+
+
+def assert_loopback_only(tree: set[int], launcher: int) -> None:
+    sockets = listening(tree)
+    exposed = [s for s in sockets if not is_loopback(s[1])]
+    assert not exposed, f"listening beyond loopback: {exposed} (all: {sockets})"
+    # The rendezvous, agent and per-attempt stores in the launcher; each worker's gloo listener.
+    assert sum(pid == launcher for pid, _, _ in sockets) >= 3, sockets
+    assert len({pid for pid, _, _ in sockets} - {launcher}) >= 2, sockets
+
+
+def wait_gone(pids: set[int], timeout: float) -> float:
+    """Seconds until none of ``pids`` runs; fails after ``timeout``."""
+    start = time.monotonic()
+    while alive(pids):
+        assert time.monotonic() - start < timeout, f"still alive after {timeout} s: {sorted(alive(pids))}"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+@pytest.mark.timeout(180)
+def test_launcher_job_listens_on_loopback_only_and_dies_with_its_sigkilled_launcher(tmp_path):
+    # hang1: both ranks have joined the group (stores and gloo sockets exist), then rank 1 sleeps
+    # and rank 0 waits in a collective: a job that runs until something stops it.
+    proc, out = start(LAUNCHER + ["--nproc_per_node=2", "--max_restarts=0", PROBE, str(tmp_path), "hang1"], tmp_path)
+    try:
+        wait_for_text(out, ["hello from rank 0 of 2", "hello from rank 1 of 2"], proc)
+        tree = job_tree(proc, 2)
+        assert_loopback_only(tree, proc.pid)
+        assert any((tmp_path / "tmp").iterdir()), "the launcher made no temp directory: test set-up changed"
+        proc.kill()  # SIGKILL: the launcher runs no cleanup of its own
+        proc.wait()
+        took = wait_gone(tree, GONE_WITHIN)
+        assert not list((tmp_path / "tmp").iterdir()), list((tmp_path / "tmp").rglob("*"))
+        print(f"every process of the job gone {took:.2f} s after the launcher's SIGKILL")
+    finally:
+        for pid in alive(process_tree(proc.pid)) if proc.poll() is None else ():
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(300)
+def test_train_job_listens_on_loopback_only_and_stops_within_10_s_of_sigterm(tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "neural_arch.cli", "train", *LONG, "--set", f"run.dir={run}", "--nproc-per-node", "2"]
+    proc, out = start(cmd, tmp_path)
+    try:
+        wait_for_rows(run, 2, proc)
+        tree = job_tree(proc, 2)
+        assert_loopback_only(tree, proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        took = wait_gone(tree, GONE_WITHIN)  # the launcher too: it exits once its workers saved and left
+        assert proc.wait(timeout=5) == 128 + signal.SIGTERM, out.read_text()
+        assert not list((tmp_path / "tmp").iterdir()), list((tmp_path / "tmp").rglob("*"))
+        print(f"every process of the job gone {took:.2f} s after SIGTERM to the launcher")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def node(port: int, rank: int, token: str, out: Path, *extra: str) -> subprocess.Popen:
+    cmd = LAUNCHER + ["--nproc_per_node=1", "--nnodes=2", f"--node_rank={rank}", "--master_addr=127.0.0.1",
+                      f"--master_port={port}", f"--job_token={token}", "--start_timeout=60", *extra,
+                      PROBE, str(out), "ok"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"))
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("rdzv", [[], ["--rdzv_backend=c10d"]], ids=["static", "c10d"])
+def test_a_foreign_job_on_the_rendezvous_port_is_refused_and_the_same_token_joins(tmp_path, rdzv):
+    port = free_port()
+    first = node(port, 0, "job-a", tmp_path, *rdzv)
+    try:
+        deadline = time.monotonic() + 60  # until node 0 hosts the rendezvous store (and has claimed it)
+        while not any(p == port for _, _, p in listening(process_tree(first.pid))):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.1)
+        foreign = node(port, 1, "job-b", tmp_path, *rdzv)
+        _, err = foreign.communicate(timeout=60)
+        assert foreign.returncode == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and f"refusing to join the rendezvous at 127.0.0.1:{port}: it belongs to another " \
+            "job" in lines[0] and "--job-token" in lines[0], err
+        second = node(port, 1, "job-a", tmp_path, *rdzv)
+        outs = [p.communicate(timeout=120) for p in (first, second)]
+        assert [first.returncode, second.returncode] == [0, 0], outs
+        assert sorted(p.name for p in tmp_path.glob("rank_*.json")) == ["rank_0_attempt_0.json", "rank_1_attempt_0.json"]
+    finally:
+        for p in (first,):
+            if p.poll() is None:
+                p.kill()

@@ -1,0 +1,70 @@
+"""Stores listen on the address asked for, a second agent joins the first one's store, and job
+tokens are resolved and checked as documented (listen.py, job_token.py). In-process, no ranks.
+
+Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_listen.py -q``
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import pytest
+import torch.distributed as dist
+
+from neural_arch.distributed.env import ClusterEnv
+from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken, claim_job, resolve_job_token
+from neural_arch.distributed.launcher.listen import rendezvous_store, serving_store
+from tests.distributed.launcher.proc_tree import listening
+
+TIMEOUT = timedelta(seconds=10)
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", pytest.param("::1", marks=pytest.mark.skipif(
+    not _ipv6_loopback(), reason="no IPv6 loopback on this machine"))])
+def test_a_served_store_listens_on_its_host_address_only(host):
+    store = serving_store(host, 0, TIMEOUT)
+    mine = [(addr, port) for _, addr, port in listening({os.getpid()}) if port == store.port]
+    assert mine == [(host, store.port)]  # torch alone would list ("::", port): every interface
+    client = dist.TCPStore(host, store.port, None, False, TIMEOUT)
+    client.set("k", "v")
+    assert store.get("k") == b"v"
+
+
+def test_a_second_agent_on_the_machine_joins_the_first_ones_rendezvous_store():
+    host = rendezvous_store("127.0.0.1", 0, TIMEOUT, is_host=None)
+    joined = rendezvous_store("127.0.0.1", host.port, TIMEOUT, is_host=None)  # port taken: a client
+    joined.set("from-joiner", "1")
+    assert host.get("from-joiner") == b"1"
+    assert [port for _, _, port in listening({os.getpid()})].count(host.port) == 1
+
+
+def test_same_token_joins_and_another_is_refused_in_one_line():
+    store = dist.HashStore()
+    claim_job(store, JobToken("job-a", "--job-token"), "node0:29400")
+    claim_job(store, JobToken("job-a", "--rdzv-id"), "node0:29400")  # the same job, however it was given
+    with pytest.raises(ForeignJobError) as refused:
+        claim_job(store, JobToken("job-b", "the slurm job id"), "node0:29400")
+    message = str(refused.value)
+    assert "\n" not in message and "node0:29400" in message and "the slurm job id" in message
+    assert "job-a" not in store.get("neural_arch/job_token").decode()  # only a digest is stored
+
+
+def test_token_sources_in_order():
+    slurm = ClusterEnv(source="slurm", rank=0, world_size=2, job_id="4242")
+    torchrun = ClusterEnv(source="torchrun", rank=0, world_size=2, job_id="na-x")
+    assert resolve_job_token("t", "run", slurm) == JobToken("t", "--job-token")
+    assert resolve_job_token(None, "run", slurm) == JobToken("run", "--rdzv-id")
+    assert resolve_job_token(None, None, slurm) == JobToken("4242", "the slurm job id")
+    assert resolve_job_token(None, None, torchrun) is None  # an enclosing launcher's run id tells no jobs apart
+    assert resolve_job_token(None, None, None) is None

@@ -1,0 +1,62 @@
+"""A worker dies with its launcher, also when the launcher died before the worker could ask
+the kernel to watch it (lifeline.py). The whole-job version, SIGKILL of a real launcher, is
+in test_exposure.py.
+
+Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_orphans.py -q``
+
+Each case has three real processes: this test, a "launcher" stand-in, and its "worker",
+which calls ``die_with_parent(launcher pid)`` and would otherwise sleep for a minute.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests.distributed.launcher.proc_tree import alive
+
+pytestmark = pytest.mark.multiprocess
+
+WORKER = textwrap.dedent("""
+    import sys, time
+    from neural_arch.distributed.launcher.lifeline import die_with_parent
+    die_with_parent(int(sys.argv[1]))
+    print("armed", flush=True)
+    time.sleep(60)
+""")
+LAUNCHER = textwrap.dedent("""
+    import os, subprocess, sys, time
+    at_once = sys.argv[2] == "exit-at-once"
+    # At once: the worker's output goes nowhere, so a closed pipe cannot be what ends it.
+    worker = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(os.getpid())],
+                              stdout=subprocess.DEVNULL if at_once else subprocess.PIPE, text=True)
+    print(worker.pid, flush=True)
+    if at_once:  # gone while the worker still imports torch (seconds)
+        sys.exit(0)
+    assert worker.stdout.readline() == "armed\\n"
+    print("armed", flush=True)
+    time.sleep(60)
+""")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["exit-at-once", "sigkill-after-arming"])
+def test_worker_dies_with_its_launcher(how):
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, WORKER, how], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(launcher.stdout.readline())
+        if how == "sigkill-after-arming":
+            assert launcher.stdout.readline() == "armed\n"
+            launcher.kill()
+        launcher.wait(timeout=10)
+        start = time.monotonic()
+        while alive({worker}):  # exit-at-once: it must notice at start-up; else the kernel kills it
+            assert time.monotonic() - start < 20, f"worker {worker} outlived its launcher ({how})"
+            time.sleep(0.05)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
