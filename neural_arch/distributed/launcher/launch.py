@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from torch.distributed.elastic.agent.server.api import WorkerSpec
-from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from neural_arch.distributed.launcher.agent import RobustElasticAgent
@@ -220,6 +220,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     except ForeignJobError as exc:  # a wrong port or token: the same command would be refused again
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except SignalException as stop:  # Ctrl-C or SIGTERM to the launcher: asked for, not a failure
+        name = signal.Signals(stop.sigval).name
+        print(f"{prog}: stopped by {name}; the workers were stopped too (SIGKILL after --shutdown-timeout).",
+              file=sys.stderr)
+        return 128 + int(stop.sigval)
     except Exception as exc:  # noqa: BLE001 - the job's machinery failed, not the user's input
         traceback.print_exc()
         print(f"{prog}: the launcher itself failed ({type(exc).__name__}: {exc}); "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -81,7 +82,8 @@ def wait_gone(pids: set[int], timeout: float) -> float:
 
 
 @pytest.mark.timeout(180)
-def test_launcher_job_listens_on_loopback_only_and_dies_with_its_sigkilled_launcher(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "sigint"])
+def test_launcher_job_listens_on_loopback_only_and_nothing_outlives_the_launcher(tmp_path, signum):
     # hang1: both ranks have joined the group (stores and gloo sockets exist), then rank 1 sleeps
     # and rank 0 waits in a collective: a job that runs until something stops it.
     proc, out = start(LAUNCHER + ["--nproc_per_node=2", "--max_restarts=0", PROBE, str(tmp_path), "hang1"], tmp_path)
@@ -90,11 +92,14 @@ def test_launcher_job_listens_on_loopback_only_and_dies_with_its_sigkilled_launc
         tree = job_tree(proc, 2)
         assert_loopback_only(tree, proc.pid)
         assert any((tmp_path / "tmp").iterdir()), "the launcher made no temp directory: test set-up changed"
-        proc.kill()  # SIGKILL: the launcher runs no cleanup of its own
-        proc.wait()
+        proc.send_signal(signum)  # SIGKILL: the launcher runs no cleanup of its own
         took = wait_gone(tree, GONE_WITHIN)
+        assert proc.wait() == (-signum if signum == signal.SIGKILL else 128 + signum), out.read_text()
         assert not list((tmp_path / "tmp").iterdir()), list((tmp_path / "tmp").rglob("*"))
-        print(f"every process of the job gone {took:.2f} s after the launcher's SIGKILL")
+        if signum == signal.SIGINT:  # a stop asked for: one line, no traceback from the launcher
+            assert out.read_text().strip().splitlines()[-1].endswith("stopped by SIGINT; the workers were stopped "
+                                                                     "too (SIGKILL after --shutdown-timeout)."), out.read_text()
+        print(f"every process of the job gone {took:.2f} s after the launcher's {signum.name}")
     finally:
         for pid in alive(process_tree(proc.pid)) if proc.poll() is None else ():
             os.kill(pid, signal.SIGKILL)
@@ -119,8 +124,18 @@ def test_train_job_listens_on_loopback_only_and_stops_within_10_s_of_sigterm(tmp
             proc.kill()
 
 
-def node(port: int, rank: int, token: str, out: Path, *extra: str) -> subprocess.Popen:
-    cmd = LAUNCHER + ["--nproc_per_node=1", "--nnodes=2", f"--node_rank={rank}", "--master_addr=127.0.0.1",
+def lan_address() -> str:
+    """This machine's address on its default route (no packet is sent), else 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: only the route is looked up
+            return probe.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def node(addr: str, port: int, rank: int, token: str, out: Path, *extra: str) -> subprocess.Popen:
+    cmd = LAUNCHER + ["--nproc_per_node=1", "--nnodes=2", f"--node_rank={rank}", f"--master_addr={addr}",
                       f"--master_port={port}", f"--job_token={token}", "--start_timeout=60", *extra,
                       PROBE, str(out), "ok"]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -130,20 +145,24 @@ def node(port: int, rank: int, token: str, out: Path, *extra: str) -> subprocess
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("rdzv", [[], ["--rdzv_backend=c10d"]], ids=["static", "c10d"])
 def test_a_foreign_job_on_the_rendezvous_port_is_refused_and_the_same_token_joins(tmp_path, rdzv):
-    port = free_port()
-    first = node(port, 0, "job-a", tmp_path, *rdzv)
+    # Static: node 0 hosts at the machine's LAN address, as a real multi-node job would (c10d
+    # decides who hosts by matching the host name, which resolves to 127.0.0.1 here).
+    addr, port = ("127.0.0.1" if rdzv else lan_address()), free_port()
+    first = node(addr, port, 0, "job-a", tmp_path, *rdzv)
     try:
         deadline = time.monotonic() + 60  # until node 0 hosts the rendezvous store (and has claimed it)
         while not any(p == port for _, _, p in listening(process_tree(first.pid))):
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()
             time.sleep(0.1)
-        foreign = node(port, 1, "job-b", tmp_path, *rdzv)
+        sockets = listening(process_tree(first.pid))
+        assert (first.pid, addr, port) in sockets and not [s for s in sockets if s[1] in ("0.0.0.0", "::")], sockets
+        foreign = node(addr, port, 1, "job-b", tmp_path, *rdzv)
         _, err = foreign.communicate(timeout=60)
         assert foreign.returncode == 2, err
         lines = err.strip().splitlines()
-        assert len(lines) == 1 and f"refusing to join the rendezvous at 127.0.0.1:{port}: it belongs to another " \
+        assert len(lines) == 1 and f"refusing to join the rendezvous at {addr}:{port}: it belongs to another " \
             "job" in lines[0] and "--job-token" in lines[0], err
-        second = node(port, 1, "job-a", tmp_path, *rdzv)
+        second = node(addr, port, 1, "job-a", tmp_path, *rdzv)
         outs = [p.communicate(timeout=120) for p in (first, second)]
         assert [first.returncode, second.returncode] == [0, 0], outs
         assert sorted(p.name for p in tmp_path.glob("rank_*.json")) == ["rank_0_attempt_0.json", "rank_1_attempt_0.json"]

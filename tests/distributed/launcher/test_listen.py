@@ -14,8 +14,9 @@ import pytest
 import torch.distributed as dist
 
 from neural_arch.distributed.env import ClusterEnv
+from neural_arch.distributed.launcher import DistributedLauncher, LaunchConfig
 from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken, claim_job, resolve_job_token
-from neural_arch.distributed.launcher.listen import rendezvous_store, serving_store
+from neural_arch.distributed.launcher.listen import loopback_interface, rendezvous_store, serving_store
 from tests.distributed.launcher.proc_tree import listening
 
 TIMEOUT = timedelta(seconds=10)
@@ -68,3 +69,15 @@ def test_token_sources_in_order():
     assert resolve_job_token(None, None, slurm) == JobToken("4242", "the slurm job id")
     assert resolve_job_token(None, None, torchrun) is None  # an enclosing launcher's run id tells no jobs apart
     assert resolve_job_token(None, None, None) is None
+
+
+def test_one_node_workers_are_told_to_use_loopback_unless_the_user_chose(monkeypatch):
+    # This machine's host name resolves to 127.0.0.1, so gloo would pick loopback here anyway
+    # (test_exposure cannot tell); on a usual machine it binds the host's LAN address.
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
+    one_node = DistributedLauncher(LaunchConfig(nproc_per_node=2))._worker_environment()
+    assert one_node["GLOO_SOCKET_IFNAME"] == loopback_interface() == "lo"
+    assert one_node["NCCL_SOCKET_IFNAME"] == "ib0"  # the user's choice stands
+    two_nodes = DistributedLauncher(LaunchConfig(nnodes=2, master_port=29400))._worker_environment()
+    assert "GLOO_SOCKET_IFNAME" not in two_nodes and "NCCL_SOCKET_IFNAME" not in two_nodes
