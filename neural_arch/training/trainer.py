@@ -30,6 +30,7 @@ from neural_arch.training.registry import task_class
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
 from neural_arch.training.rng import seed_rank
 from neural_arch.training.run_lock import RunDirLock
+from neural_arch.training.sample_log import append_samples, forget_samples_after
 from neural_arch.training.step import evaluate, train_step
 from neural_arch.training.typed_config import ConfigError
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
@@ -80,6 +81,8 @@ def _train(cfg: Config, run_dir: Path, resume: Optional[str], on_step: Optional[
     report = RunReporter(run_dir, nd.get_rank(), cfg.training.steps, parts.step, cfg.logging.progress, cfg.logging.tensorboard)
     report.log.info("start: world %d, step %d%s", nd.get_world_size(), parts.step,
                     f" (resumed from step {resumed})" if resumed else "")
+    if cfg.logging.record_samples and nd.get_rank() == 0:
+        forget_samples_after(run_dir, parts.step)  # steps past the checkpoint are trained again now
     record = LoopRecord(resumed_from=resumed, last_saved=resumed)
     # ---- loop: one global batch per optimizer step, epoch after epoch; a stop signal ends it saved
     with StopSignals() as stop:
@@ -175,8 +178,7 @@ def _one_step(parts: TrainingComponents, batch: nd.IndexBatch, record: LoopRecor
     record.step_times.append(time.perf_counter() - tick)
     record.samples += batch.global_size
     if cfg.logging.record_samples and parts.placement.leader:  # tensor/pipeline peers saw the same ids
-        with open(run_dir / "logs" / f"samples_rank_{nd.get_rank()}.jsonl", "a") as f:
-            f.write(f'{{"step": {parts.step}, "ids": {list(batch)}}}\n')
+        append_samples(run_dir, nd.get_rank(), parts.step, list(batch))
     row: dict[str, float] = {}
     if cfg.training.val_every and parts.step % cfg.training.val_every == 0:
         row.update(evaluate(parts))

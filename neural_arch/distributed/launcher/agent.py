@@ -79,11 +79,14 @@ class RobustElasticAgent(LocalElasticAgent):
                 # On the workers' master address only, not on every interface (listen.py).
                 self._fresh_store = serving_store(worker_group.master_addr, 0, timedelta(seconds=300))
                 port = self._fresh_store.port
-            self._store.set(key, f"{port} {uuid.uuid4().hex[:12]}")
-        port_text, attempt_id = self._store.get(key).decode().split()
-        worker_group.master_port = int(port_text)
+            self._store.set(key, f"{worker_group.master_addr} {port} {self._attempts} {uuid.uuid4().hex[:12]}")
+        # Every agent takes node 0's: its workers' store address, and the attempt's number and
+        # id (a node that joined later counted fewer rendezvous; one that was node 0 before
+        # still holds the address from its own first rendezvous).
+        addr, port_text, count, attempt_id = self._store.get(key).decode().split()
+        worker_group.master_addr, worker_group.master_port, self._attempts = addr, int(port_text), int(count)
         # Workers inherit the agent's environment: this names the attempt for their keys.
-        self._attempt_id = f"{self._attempts}-{attempt_id}"
+        self._attempt_id = f"{count}-{attempt_id}"
         os.environ["NEURAL_ARCH_ATTEMPT"] = self._attempt_id
 
     def _stop_workers(self, worker_group: WorkerGroup) -> None:

@@ -16,10 +16,11 @@ What differs from torch's own handlers, and why:
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Optional
+from typing import Callable, Optional
 
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousParameters
+from torch.distributed.elastic.rendezvous.api import RendezvousInfo, RendezvousStoreInfo
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCPRendezvous
@@ -46,7 +47,26 @@ def rendezvous_handler(params: RendezvousParameters, token: Optional[JobToken]) 
     # listens on all interfaces. Replaced on the instance because torch's create_handler
     # always builds its own class.
     handler._create_tcp_store_server = _agent_store  # type: ignore[method-assign]
+    handler.next_rendezvous = _republishing(handler.next_rendezvous)  # type: ignore[method-assign]
     return handler
+
+
+def _republishing(next_rendezvous: Callable[[], RendezvousInfo]) -> Callable[[], RendezvousInfo]:
+    """``next_rendezvous`` with node 0 publishing the bootstrap store's address in every round.
+
+    torch 2.13 publishes it only in the round where node 0 first creates that store; a node
+    joining a later round (``--nnodes=1:2``, mid-training) then waits for it until the
+    rendezvous times out, while node 0 waits for the joiner's role info. Written again in
+    each round's own key space, the joiner finds it.
+    """
+    def republished() -> RendezvousInfo:
+        info = next_rendezvous()
+        boot = info.bootstrap_store_info
+        if info.rank == 0 and boot is not None:
+            info.store.set(RendezvousStoreInfo.MASTER_ADDR_KEY, boot.master_addr.encode())
+            info.store.set(RendezvousStoreInfo.MASTER_PORT_KEY, str(boot.master_port).encode())
+        return info
+    return republished
 
 
 def _agent_store(addr: str, port: int) -> dist.TCPStore:
