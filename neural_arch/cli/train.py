@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from neural_arch.cli.usage import command_parser, run_reporting
+from neural_arch.distributed.checkpoint.errors import CheckpointError
 from neural_arch.training.typed_config import ConfigError
 
 if TYPE_CHECKING:  # imported lazily at run time, so `--help` and usage errors stay fast
@@ -130,7 +131,7 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
             return stopped.exit_code
         return 0
 
-    return run_reporting(PROG, train_here, ConfigError)
+    return run_reporting(PROG, train_here, ConfigError, CheckpointError)  # e.g. --resume names an unusable step
 
 
 if __name__ == "__main__":

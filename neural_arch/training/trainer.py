@@ -124,10 +124,26 @@ def _set_up(cfg: Config, create_data: bool) -> TrainingComponents:
     validate_config(cfg, world_size=nd.get_world_size())  # again: torchrun/srun may start a world the config did not name
     device = torch.device("cuda", torch.cuda.current_device()) if nd.get_backend() == "nccl" else torch.device("cpu")
     task = task_class(cfg.run.task)
-    if create_data and task.data_missing(cfg) is not None:
-        task.create_data(cfg)
+    if create_data and _data_missing_on_rank_0(task, cfg):
+        task.create_data(cfg)  # collective: every rank writes its share
     seed_rank(cfg.run.seed, rank)
     return TrainingComponents.build(cfg, device)
+
+
+def _data_missing_on_rank_0(task: type, cfg: Config) -> bool:
+    """Rank 0's answer, on every rank: a rank asking later could find the store that rank 0 has
+    begun to create and skip the (collective) creation. A store rank 0 refuses (ConfigError:
+    damaged, wrong layout) is refused on every rank with the same line."""
+    answer: tuple[bool, Optional[str]] = (False, None)
+    if nd.get_rank() == 0:
+        try:
+            answer = (task.data_missing(cfg) is not None, None)
+        except ConfigError as exc:
+            answer = (False, str(exc))
+    missing, refused = nd.all_gather_object(answer)[0]
+    if refused is not None:
+        raise ConfigError(refused)
+    return missing
 
 
 def _resume(parts: TrainingComponents, resume: str, ckpt_dir: Path) -> Optional[int]:
@@ -137,7 +153,7 @@ def _resume(parts: TrainingComponents, resume: str, ckpt_dir: Path) -> Optional[
     found = load_checkpoint(ckpt_dir if resume == "auto" else Path(resume))
     if found is None:
         if resume != "auto":
-            raise ValueError(f"--resume {resume}: no checkpoint there; use --resume auto or none.")
+            raise ConfigError(f"--resume {resume}: no checkpoint there; use --resume auto or none.")
         return None
     info, state = found
     parts.restore(state, parts.cfg.run.seed, info.path)
