@@ -82,6 +82,12 @@ def attach(ddp: torch.nn.parallel.DistributedDataParallel, module: torch.nn.Modu
     elif settings.compression == "bf16":
         ddp.register_comm_hook(None, bf16_hook)
     elif settings.compression == "powersgd":
+        on_cpu = all(p.device.type == "cpu" for p in module.parameters())
+        if on_cpu and torch.cuda.is_available():
+            # torch 2.11-2.13's powerSGD_hook calls torch.cuda.synchronize(bucket device) whenever CUDA exists.
+            raise ValueError("ddp.compression=powersgd with the model on the CPU of a machine with CUDA: torch's "
+                             "PowerSGD hook then fails (it synchronises CUDA on a CPU device); train on the GPUs "
+                             "(training.backend=nccl), hide them (CUDA_VISIBLE_DEVICES=), or use bf16/fp16")
         compressor = PowerSGDCompressor(module, settings.powersgd_rank, settings.powersgd_warmup_steps, bucket_mb)
         ddp.register_comm_hook(compressor, powersgd_hook)
         return compressor
