@@ -3,6 +3,8 @@
 Run: ``.venv/bin/python benchmarks/compression.py [--rounds 7 --steps 20 --batch 64]``
      ``.venv/bin/python benchmarks/compression.py --collectives``  (the all-reduce/all-gather
      cost of one model-sized gradient in fp32, fp16 and bf16 on gloo)
+     ``.venv/bin/python benchmarks/compression.py --overhead``  (the compression work alone:
+     one process, where nothing is sent, with and without ``gradient_as_bucket_view``)
 
 Every setting trains its own copy of the same MLP (64 -> 2048 -> 2048 -> 2048 -> 10, 8.55 M
 parameters, 34 MB of fp32 gradients per step) from the same initial weights on the same
@@ -15,7 +17,6 @@ set against the exact run's (target: the best setting >= 1.3x raw DDP with its l
 2% of exact). On 2 shared cores any other load moves single rounds by tens of percent.
 """
 
-from __future__ import annotations
 
 import argparse
 import statistics
@@ -26,14 +27,23 @@ import torch.distributed as dist
 from torch import nn
 
 from neural_arch.distributed import DistributedDataParallel
-from neural_arch.distributed.data_parallel.compression import Compression
-from two_ranks import load_average, on_two_ranks  # benchmarks/ is on sys.path when a script here runs
+from neural_arch.distributed.data_parallel.compression import Compression, attach
+from two_ranks import load_average, on_ranks, on_two_ranks  # benchmarks/ is on sys.path when a script here runs
 
 SETTINGS = {"raw DDP (exact)": None, "fp16": Compression("fp16"), "bf16": Compression("bf16"),
             "powersgd rank 1": Compression("powersgd", powersgd_rank=1),
             "powersgd rank 2": Compression("powersgd", powersgd_rank=2),
             "powersgd rank 4": Compression("powersgd", powersgd_rank=4)}
 IN, OUT = 64, 10
+BOUND = "no communication"
+"""Not a training setting: every rank keeps its own gradient (a hook that sends nothing). The
+fastest any compression could be; its loss is not comparable."""
+
+
+def keep_local(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
 
 def make_model() -> nn.Module:
@@ -49,9 +59,12 @@ def global_batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, (x @ teacher).argmax(dim=1)
 
 
-def wrap(setting: Compression | None) -> nn.Module:
+def wrap(name: str, setting: Compression | None) -> nn.Module:
     if setting is None:
-        return nn.parallel.DistributedDataParallel(make_model())
+        ddp = nn.parallel.DistributedDataParallel(make_model())
+        if name == BOUND:
+            ddp.register_comm_hook(None, keep_local)
+        return ddp
     return DistributedDataParallel(make_model(), compression=setting)
 
 
@@ -70,7 +83,7 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, first: int, steps: int, 
 
 
 def body(rank: int, args: argparse.Namespace) -> dict:
-    models = {name: wrap(s) for name, s in SETTINGS.items()}
+    models = {name: wrap(name, s) for name, s in {**SETTINGS, BOUND: None}.items()}
     opts = {name: torch.optim.SGD(m.parameters(), lr=args.lr, momentum=0.9) for name, m in models.items()}
     done = {name: 0 for name in models}
     times: dict[str, list[float]] = {name: [] for name in models}
@@ -105,6 +118,25 @@ def collectives(rank: int, args: argparse.Namespace) -> dict[str, float]:
     return {name: statistics.median(v) for name, v in out.items()}
 
 
+def overhead(rank: int, args: argparse.Namespace) -> dict[str, float]:
+    """World size 1: median step of torch DDP with each hook attached (nothing is sent)."""
+    models = {}
+    for view in (False, True):
+        for name in ("raw DDP (exact)", "bf16", "powersgd rank 2"):
+            ddp = nn.parallel.DistributedDataParallel(make_model(), gradient_as_bucket_view=view)
+            if SETTINGS[name] is not None:
+                attach(ddp, ddp.module, SETTINGS[name], bucket_mb=25)
+            label = name + (" + gradient_as_bucket_view" if view else "")
+            models[label] = (ddp, torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9))
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for r in range(args.rounds + 1):
+        for name, (model, opt) in models.items():
+            seconds = train(model, opt, r * args.steps, args.steps, args.batch)
+            if r:
+                times[name].append(seconds)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
 def report(result: dict, args: argparse.Namespace) -> None:
     times, losses = result["times"], result["losses"]
     base = "raw DDP (exact)"
@@ -116,9 +148,8 @@ def report(result: dict, args: argparse.Namespace) -> None:
     for name in times:
         step = statistics.median(times[name])
         ratio = statistics.median(b / t for b, t in zip(times[base], times[name]))
-        rel = losses[name] / losses[base] - 1
-        print(f"{name:<18} {step * 1e3:9.1f} ms {2 * args.batch / step:10.1f} {ratio:9.2f}x {losses[name]:14.4f} "
-              f"{rel:+8.2%}")
+        rel = f"{losses[name] / losses[base] - 1:+8.2%}" if name != BOUND else "     n/a"
+        print(f"{name:<18} {step * 1e3:9.1f} ms {2 * args.batch / step:10.1f} {ratio:9.2f}x {losses[name]:14.4f} {rel}")
 
 
 def main() -> None:
@@ -128,7 +159,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64, help="samples per rank per step")
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--collectives", action="store_true", help="time the collectives only")
+    parser.add_argument("--overhead", action="store_true", help="time the compression work in one process")
     args = parser.parse_args()
+    if args.overhead:
+        for name, seconds in on_ranks(overhead, args, world=1).items():
+            print(f"{name:<45} {seconds * 1e3:8.1f} ms")
+        print(load_average())
+        return
     if args.collectives:
         for name, seconds in on_two_ranks(collectives, args).items():
             print(f"{name:<22} {seconds * 1e3:8.1f} ms")
