@@ -52,12 +52,12 @@ def plot_forecast(path: Path, task: Any, model: nn.Module) -> None:
     from matplotlib.colors import ListedColormap
 
     i = _pick_sample(task)
-    batch = task.batch("val", torch.tensor([i]), torch.device("cpu"))
+    batch = task.batch("val", torch.tensor([i]), next(model.parameters()).device)  # the model's device (a GPU too)
     was_training = model.training
     model.eval()
-    prob = ice_probability(model(batch["x"]).float())[0]
+    prob = ice_probability(model(batch["x"]).float())[0].cpu()
     model.train(was_training)
-    truth, land = batch["target_sic"][0], task.train.land_mask
+    truth, land = batch["target_sic"][0].cpu(), task.train.land_mask
     leads = sorted({0, truth.shape[0] - 1})
     fig, axes = plt.subplots(len(leads), 3, figsize=(10, 3.4 * len(leads)), squeeze=False)
     errors = ListedColormap(["#2166ac", "#f7f7f7", "#b2182b"])
