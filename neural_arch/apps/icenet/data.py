@@ -143,6 +143,25 @@ class IceNetData:
                 raise ValueError(f"IceNet data at {self.path}: {name} has {bad} NaN/inf values in month "
                                  f"{self.month_label(t)}; the store is incomplete or damaged, recreate it ({CREATE_HINT}).")
             month[name] = values
+        return self._remember(t, month)
+
+    def _read_months(self, needed: list[int]) -> dict[int, dict[str, np.ndarray]]:
+        """Months ``needed``, each read once; those not cached are read in one store call per
+        field (zarr fetches their chunks together: far less overhead than a call per month when
+        a rank starts), the same float32 values as month-by-month reads."""
+        have = {t: self._read_month(t) for t in needed if t in self._cache}  # cache hits first: none evicted
+        missing = [t for t in needed if t not in have]
+        if len(missing) > 1:
+            try:
+                block = {name: np.asarray(self._ds[name].variable[missing].values, dtype=np.float32) for name in FIELDS}
+            except Exception:  # noqa: BLE001 - read month by month below, which names the damaged chunk
+                block = {}
+            if block and all(np.isfinite(v).all() for v in block.values()):  # else the per-month check names it
+                for j, t in enumerate(missing):
+                    have[t] = self._remember(t, {name: block[name][j] for name in FIELDS})
+        return {t: have[t] if t in have else self._read_month(t) for t in needed}
+
+    def _remember(self, t: int, month: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.reads += 1
         self._cache[t] = month
         while len(self._cache) > self._cache_months:
@@ -180,7 +199,7 @@ class IceNetData:
         n, h, w = len(ids), s.grid, s.grid
         inits = self.init_months[ids]
         needed = sorted({int(t) + d for t in inits for d in range(-s.lags + 1, s.leads + 1)})
-        months = {t: self._read_month(t) for t in needed}  # in time order, each once
+        months = self._read_months(needed)
         climatology = self.climatology() if n else np.zeros((12, h, w), np.float32)
         x = np.empty((n, len(self.channels), h, w), np.float32)
         target = np.empty((n, s.leads, h, w), np.float32)
