@@ -22,8 +22,9 @@ STEPS = ["--set", "training.steps=20", "--set", "schedule.decay=constant"]
 COMPRESSED = {
     "powersgd": ["--set", "ddp.compression=powersgd", "--set", "ddp.powersgd_rank=1",
                  "--set", "ddp.powersgd_warmup_steps=2", "--set", "ddp.bucket_mb=0.0005"],
-    "bf16": ["--set", "ddp.compression=bf16", "--set", "ddp.bucket_mb=0.0005"],
 }
+# bf16/fp16 keep no state between steps: their resume is the uncompressed one (test_trainer.py),
+# and that they differ from the exact run is checked on gradients in test_compression.py.
 
 
 @pytest.mark.multiprocess
@@ -38,12 +39,6 @@ def test_killed_compressed_run_resumes_bitwise(tmp_path, name):
     assert "resumed from step 4" in (run / "logs" / "rank_0.log").read_text()
     assert_params(final_params(run), final_params(ref), atol=0)
     assert [r.get("train/loss") for r in metrics(run)][-2:] == [r.get("train/loss") for r in metrics(ref)][-2:]
-    exact = launch_fault("none", 0, 2, *BASE, *STEPS, "--set", f"run.dir={tmp_path / 'exact'}") if name == "bf16" else None
-    if exact is not None:  # the compressed run is a different run: not the exact one
-        assert exact.returncode == 0, exact.stderr
-        diff = max(float((a - b).abs().max()) for a, b in zip(final_params(run).values(),
-                                                               final_params(tmp_path / "exact").values()))
-        assert 0 < diff < 1e-2, diff
     if name == "powersgd":
         state = load_checkpoint(run / "checkpoints")[1]["compression"]  # loaded with weights_only=True
         assert state["iter"] == 20 and len(state["error"]) == 2 and len(state["layout"]) >= 2
