@@ -62,3 +62,22 @@ def autocast_context(cfg: Config, device: torch.device) -> ContextManager[Any]:
 def build_scaler(cfg: Config, device: torch.device) -> torch.amp.GradScaler:
     """Loss scaler: active only for fp16 on CUDA (the others need none)."""
     return torch.amp.GradScaler(device.type, enabled=cfg.training.precision == "fp16" and device.type == "cuda")
+
+
+def compile_blocks(model: nn.Module) -> int:
+    """``torch.compile`` every item of every ``nn.ModuleList`` in ``model`` (its repeated blocks),
+    or the whole model when it has none; returns how many modules were compiled.
+
+    In place (``Module.compile``), so parameter names, state dicts and checkpoints are those of
+    the eager model, and a DDP wrapper built around ``model`` before or after keeps working:
+    its gradient hooks sit on the parameters, which compiled blocks still update. Per-block
+    regions compile once per distinct block shape and leave the glue between blocks eager.
+    """
+    blocks: dict[str, nn.Module] = {}
+    for name, module in model.named_modules():
+        inside = any(name.startswith(outer + ".") for outer in blocks)  # a list inside a block compiles with it
+        if isinstance(module, nn.ModuleList) and not inside:
+            blocks.update((f"{name}.{i}", block) for i, block in enumerate(module))
+    for block in list(blocks.values()) or [model]:
+        block.compile()
+    return len(blocks) or 1

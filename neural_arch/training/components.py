@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 
 import neural_arch.distributed as nd
-from neural_arch.training.builders import build_optimizer, build_scaler, build_scheduler
+from neural_arch.training.builders import build_optimizer, build_scaler, build_scheduler, compile_blocks
 from neural_arch.training.config import Config, config_to_dict
 from neural_arch.training.placement import Placement, place_model
 from neural_arch.training.registry import task_class
@@ -42,6 +42,8 @@ class TrainingComponents:
         task = task_class(cfg.run.task)(cfg)
         task.prepare()
         placement = place_model(task, cfg, device)
+        if cfg.training.compile:  # plain data parallel only (validate_config): the wrapper calls these modules
+            compile_blocks(placement.plain)
         optimizer = build_optimizer(cfg, placement.model)
         # Ranks of one data-parallel group (tensor-parallel peers) draw the same share.
         sampler = nd.DistributedSampler(dataset_size=task.train_size, batch_size=cfg.training.global_batch_size,

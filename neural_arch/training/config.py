@@ -95,6 +95,12 @@ class TrainingConfig:
     """On a non-finite loss: stop with an error, or skip that step on every rank."""
     timeout: float = 600.0
     """Collective timeout in seconds, so a dead peer fails the run instead of hanging it."""
+    prefetch: bool = True
+    """Build the next step's batch in a background thread while this step computes (same ids,
+    same tensors); set false for a task whose ``batch()`` draws from torch's global RNG."""
+    compile: bool = False
+    """``torch.compile`` the model's repeated blocks (or the whole model if it has none): a slow
+    first step, then maybe faster ones (not the sea-ice U-Net on CPU); float32 rounding of eager."""
 
 
 @dataclass
@@ -214,6 +220,9 @@ def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
     if cfg.ddp.compression != "none" and layout_active(cfg.parallel):
         raise ConfigError(f"ddp.compression={cfg.ddp.compression} with a parallel: layout: compression applies to plain "
                           "DDP's gradient all-reduce only; set ddp.compression=none or leave parallel: at its defaults")
+    if cfg.training.compile and layout_active(cfg.parallel):
+        raise ConfigError("training.compile=true with a parallel: layout: compile is supported with plain data "
+                          "parallelism only; set training.compile=false or leave parallel: at its defaults")
 
 
 def config_to_dict(cfg: Config) -> dict:

@@ -7,6 +7,7 @@ Used by trainer.py: ``train_step(parts, batch)`` and ``evaluate(parts)``; ``part
 from __future__ import annotations
 
 import contextlib
+from typing import Optional
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -18,11 +19,15 @@ from neural_arch.training.components import TrainingComponents
 from neural_arch.training.placement import Placement
 
 
-def train_step(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor:
-    """One optimizer step on one global batch; returns this rank's (loss sum, samples)."""
+def train_step(parts: TrainingComponents, batch: nd.IndexBatch,
+               inputs: Optional[list[dict[str, torch.Tensor]]] = None) -> torch.Tensor:
+    """One optimizer step on one global batch; returns this rank's (loss sum, samples).
+
+    ``inputs``: ``step_inputs(parts, batch)`` when the caller built them already (prefetch)."""
     place = parts.placement
+    inputs = step_inputs(parts, batch) if inputs is None else inputs
     parts.optimizer.zero_grad(set_to_none=True)
-    local = _pipeline_pass(parts, batch) if place.pipeline is not None else _accumulate(parts, batch)
+    local = _pipeline_pass(parts, batch, inputs[0]) if place.pipeline is not None else _accumulate(parts, batch, inputs)
     parts.scaler.unscale_(parts.optimizer)
     # The gradients were averaged over ranks, so this norm (and the decision below) is the
     # same on every rank without another collective (a pipeline adds its ranks' parts).
@@ -38,17 +43,31 @@ def train_step(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor:
     return local
 
 
-def _accumulate(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor:
-    """Forward and backward of this rank's share in ``grad_accum_steps`` parts; (loss sum, samples)."""
+def step_inputs(parts: TrainingComponents, batch: nd.IndexBatch) -> list[dict[str, torch.Tensor]]:
+    """This rank's data for one global batch: one padded dict per micro-batch (a pipeline:
+    one dict, which its schedule splits). A pure function of the ids, so it may run ahead."""
     cfg, place = parts.cfg, parts.placement
     ids = torch.tensor(batch, dtype=torch.long)
+    with autocast_context(cfg, parts.device):  # as the step itself runs (autocast state is per thread)
+        if place.pipeline is not None:
+            return [parts.task.batch("train", ids, parts.device)]
+        return [padded(parts.task.batch("train", part, parts.device), place.min_rows)
+                for part in _micro_ids(parts, batch)]
+
+
+def _micro_ids(parts: TrainingComponents, batch: nd.IndexBatch) -> tuple[torch.Tensor, ...]:
+    return torch.tensor_split(torch.tensor(batch, dtype=torch.long), parts.cfg.training.grad_accum_steps)
+
+
+def _accumulate(parts: TrainingComponents, batch: nd.IndexBatch, inputs: list[dict[str, torch.Tensor]]) -> torch.Tensor:
+    """Forward and backward of this rank's share in ``grad_accum_steps`` parts; (loss sum, samples)."""
+    cfg, place = parts.cfg, parts.placement
     local = torch.zeros(2, dtype=torch.float64)
-    micro = torch.tensor_split(ids, cfg.training.grad_accum_steps)
-    for j, part in enumerate(micro):
+    micro = _micro_ids(parts, batch)
+    for j, (part, rows) in enumerate(zip(micro, inputs)):
         # All but the last micro-batch accumulate locally; the last one averages the total.
         sync = contextlib.nullcontext() if j == len(micro) - 1 else place.no_sync()
         with sync, autocast_context(cfg, parts.device):
-            rows = padded(parts.task.batch("train", part, parts.device), place.min_rows)
             per_sample = parts.task.loss(place.model, rows)
             # Weighted by the ranks that see different samples, so the data-parallel average is
             # the gradient of the global batch's mean (padding rows, if any, weigh exactly 0).
@@ -61,12 +80,11 @@ def _accumulate(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor
     return local
 
 
-def _pipeline_pass(parts: TrainingComponents, batch: nd.IndexBatch) -> torch.Tensor:
+def _pipeline_pass(parts: TrainingComponents, batch: nd.IndexBatch, rows: dict[str, torch.Tensor]) -> torch.Tensor:
     """The pipeline schedule's forwards and backwards over this rank's share; (loss sum, samples)."""
     place, task = parts.placement, parts.task
-    ids = torch.tensor(batch, dtype=torch.long)
     with autocast_context(parts.cfg, parts.device):
-        inputs, targets = task.split_batch(task.batch("train", ids, parts.device))
+        inputs, targets = task.split_batch(rows)
         # Micro-batches are the schedule's; each loss is weighted by the global batch (step.py of the library).
         total = place.pipeline.step(inputs, targets, batch.global_size)
     if not place.leader:  # pipeline and tensor peers return the same sum: count it once

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -31,7 +32,8 @@ from neural_arch.training.reporting import RunReporter, format_summary, plot_los
 from neural_arch.training.rng import seed_rank
 from neural_arch.training.run_lock import RunDirLock
 from neural_arch.training.sample_log import append_samples, forget_samples_after
-from neural_arch.training.step import evaluate, train_step
+from neural_arch.training.prefetch import Prefetcher, next_batch
+from neural_arch.training.step import evaluate, step_inputs, train_step
 from neural_arch.training.typed_config import ConfigError
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
 
@@ -85,10 +87,10 @@ def _train(cfg: Config, run_dir: Path, resume: Optional[str], on_step: Optional[
         forget_samples_after(run_dir, parts.step)  # steps past the checkpoint are trained again now
     record = LoopRecord(resumed_from=resumed, last_saved=resumed)
     # ---- loop: one global batch per optimizer step, epoch after epoch; a stop signal ends it saved
-    with StopSignals() as stop:
+    with StopSignals() as stop, Prefetcher(partial(step_inputs, parts), enabled=cfg.training.prefetch) as ahead:
         while parts.step < cfg.training.steps:
             for batch in parts.sampler:
-                _one_step(parts, batch, record, report, run_dir)
+                _one_step(parts, batch, ahead, record, report, run_dir)
                 if on_step is not None:
                     on_step(parts.step)
                 signum = stop.agreed()
@@ -184,12 +186,15 @@ def _stop(parts: TrainingComponents, record: LoopRecord, report: RunReporter, ru
     raise TrainingStopped(signum, parts.step, parts.cfg.training.steps, str(checkpoint))
 
 
-def _one_step(parts: TrainingComponents, batch: nd.IndexBatch, record: LoopRecord, report: RunReporter,
-              run_dir: Path) -> None:
+def _one_step(parts: TrainingComponents, batch: nd.IndexBatch, ahead: Prefetcher[list[dict[str, torch.Tensor]]],
+              record: LoopRecord, report: RunReporter, run_dir: Path) -> None:
     """Train on one global batch, then log, validate and checkpoint when they are due."""
     cfg = parts.cfg
     tick = time.perf_counter()
-    record.since_log += train_step(parts, batch)
+    inputs = ahead.take(batch)
+    if parts.step + 1 < cfg.training.steps:  # the next step's data builds while this one computes
+        ahead.start(next_batch(parts.sampler))
+    record.since_log += train_step(parts, batch, inputs)
     parts.step += 1
     record.step_times.append(time.perf_counter() - tick)
     record.samples += batch.global_size
