@@ -30,7 +30,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
+from neural_arch.utils.ports import free_port
 from peers_report import chart, report  # benchmarks/ is on sys.path when a script here runs
 from peers_run import Record, clean_env, run_command
 from peers_setup import GPT_CONFIG, GPT_VAL_FRACTION, WORLD, config
@@ -49,9 +51,10 @@ def command(peer: str, workload: str, steps: int, data: Path, out: Path) -> list
         return [py, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}", script, "raw", *args]
     if peer == "Lightning Fabric":
         return [py, script, "fabric", *args]
-    if peer == "Accelerate":
+    if peer == "Accelerate":  # its default port, 29500, is every torch job's default: take a free one
         return [py, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(WORLD), "--num_machines",
-                "1", "--mixed_precision", "no", "--dynamo_backend", "no", script, "accelerate", *args]
+                "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+                script, "accelerate", *args]
     if peer == "ours: bare DDP":
         return [py, "-m", "neural_arch.distributed.launcher", f"--nproc_per_node={WORLD}", script, "ours", *args]
     path, _, sets = config(workload, steps, str(data))
@@ -90,17 +93,22 @@ def main() -> None:
     steps = {"mlp": args.mlp_steps, "gpt": args.gpt_steps}
     workloads = [args.only] if args.only else list(steps)
     print(f"start: {load_average()}", flush=True)
-    records: dict[str, dict[str, list[Record]]] = {w: {p: [] for p in PEERS} for w in workloads}
+    records: dict[str, dict[str, list[Optional[Record]]]] = {w: {p: [] for p in PEERS} for w in workloads}
     tmp = Path(tempfile.mkdtemp(prefix="peers-"))
     try:
         for r in range(args.rounds):
             for workload in workloads:
                 for peer in PEERS[r % len(PEERS):] + PEERS[: r % len(PEERS)]:
                     out = tmp / f"r{r}-{workload}-{PEERS.index(peer)}"
-                    rec = one_run(peer, workload, steps[workload], data, out)
+                    try:
+                        rec: Optional[Record] = one_run(peer, workload, steps[workload], data, out)
+                    except RuntimeError as exc:  # one failed run is reported and left out, not the end
+                        rec = None
+                        print(f"round {r + 1} {workload} {peer:<24} FAILED: {str(exc)[:2000]}", flush=True)
                     records[workload][peer].append(rec)
-                    print(f"round {r + 1} {workload} {peer:<24} first step {rec.stamps[0] - rec.started:6.1f} s, "
-                          f"wall {rec.wall_s:6.1f} s", flush=True)
+                    if rec is not None:
+                        print(f"round {r + 1} {workload} {peer:<24} first step {rec.stamps[0] - rec.started:6.1f} s, "
+                              f"wall {rec.wall_s:6.1f} s", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"end: {load_average()}")

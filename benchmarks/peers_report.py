@@ -1,13 +1,15 @@
 """peers.py's table and chart (not run on its own): ``report(workload, records, base, batch)``, ``chart(...)``.
 
-``records[peer]`` is one ``peers_run.Record`` per round. Step time: rank 0's median step
-interval after the first 2 (DDP settles its buckets after step 1); ratios are the median
-over rounds of the per-round ratio against the baseline's run of the same round.
+``records[peer]`` is one ``peers_run.Record`` per round (None: that run failed, left out).
+Step time: rank 0's median step interval after the first 2 (DDP settles its buckets after
+step 1); ratios are the median over rounds of the per-round ratio against the baseline's
+run of the same round (rounds where either failed are left out).
 """
 
 from __future__ import annotations
 
 import statistics
+from typing import Optional
 
 import matplotlib
 
@@ -29,30 +31,52 @@ def first_step_s(rec: Record) -> float:
     return rec.stamps[0] - rec.started
 
 
-def _per_round(runs: list[Record], base: list[Record], value) -> float:
-    return statistics.median(value(a) / value(b) for a, b in zip(runs, base))
+def _per_round(runs: list[Optional[Record]], base: list[Optional[Record]], value) -> float:
+    pairs = [value(a) / value(b) for a, b in zip(runs, base) if a is not None and b is not None]
+    return statistics.median(pairs) if pairs else float("nan")
 
 
-def report(workload: str, steps: int, records: dict[str, list[Record]], base: str, batch: int) -> None:
+def _ok(runs: list[Optional[Record]]) -> list[Record]:
+    return [r for r in runs if r is not None]
+
+
+def report(workload: str, steps: int, records: dict[str, list[Optional[Record]]], base: str, batch: int) -> None:
     """Print one workload's table: step, samples/s, ratios, first step, RSS per rank, loss and its difference."""
     ref = records[base]
-    ref_loss = ref[0].loss
+    ref_loss = _ok(ref)[0].loss
     print(f"\n{workload}: {steps} steps, global batch {batch}, {len(ref)} rounds (medians over rounds)")
     print(f"{'framework':<24} {'step ms':>8} {'samples/s':>9} {'x raw':>6} {'first step s':>12} {'x raw':>6} "
           f"{'peak RSS MiB r0/r1':>18} {'final loss':>12} {'- raw DDP':>10}")
-    for peer, runs in records.items():
+    for peer, all_runs in records.items():
+        runs = _ok(all_runs)
         step = statistics.median(step_s(r) for r in runs)
         first = statistics.median(first_step_s(r) for r in runs)
         rss = [statistics.median(r.rss_mib[k] for r in runs) for k in range(2)]
         losses = {r.loss for r in runs}
-        loss_note = "" if len(losses) == 1 else f" (varies over rounds by {max(losses) - min(losses):.2e})"
-        print(f"{peer:<24} {step * 1e3:8.1f} {batch / step:9.1f} {_per_round(runs, ref, step_s):6.3f} {first:12.1f} "
-              f"{_per_round(runs, ref, first_step_s):6.2f} {rss[0]:8.0f} / {rss[1]:<7.0f} {runs[0].loss:12.8f} "
-              f"{runs[0].loss - ref_loss:+10.2e}{loss_note}")
-    print("per-round step ms:", {p: [round(step_s(r) * 1e3, 1) for r in runs] for p, runs in records.items()})
+        note = "" if len(losses) == 1 else f" (varies over rounds by {max(losses) - min(losses):.2e})"
+        note += "" if len(runs) == len(all_runs) else f" ({len(all_runs) - len(runs)} failed run(s) left out)"
+        print(f"{peer:<24} {step * 1e3:8.1f} {batch / step:9.1f} {_per_round(all_runs, ref, step_s):6.3f} {first:12.1f} "
+              f"{_per_round(all_runs, ref, first_step_s):6.2f} {rss[0]:8.0f} / {rss[1]:<7.0f} {runs[0].loss:12.8f} "
+              f"{runs[0].loss - ref_loss:+10.2e}{note}")
+    print("per-round step ms:", {p: [None if r is None else round(step_s(r) * 1e3, 1) for r in runs]
+                                 for p, runs in records.items()})
+    startup(records)
 
 
-def chart(records: dict[str, dict[str, list[Record]]], base: str, path: str) -> None:
+def startup(records: dict[str, list[Optional[Record]]]) -> None:
+    """Where the time to the first step goes (medians over rounds, seconds from the command's start)."""
+    print("start-up, seconds from the command (rank 0): script running / process group joined / "
+          "trainer set up / first step done")
+    for peer, all_runs in records.items():
+        runs = _ok(all_runs)
+        marks = []
+        for key in ("launched", "joined", "set_up"):
+            values = [r.phases[key] - r.started for r in runs if key in r.phases]
+            marks.append(f"{statistics.median(values):6.1f}" if values else "     -")
+        print(f"  {peer:<24} {' / '.join(marks)} / {statistics.median(first_step_s(r) for r in runs):6.1f}")
+
+
+def chart(records: dict[str, dict[str, list[Optional[Record]]]], base: str, path: str) -> None:
     """Per workload: step time and time to first step relative to the baseline (per-round medians)."""
     workloads = list(records)
     fig, axes = plt.subplots(2, len(workloads), figsize=(6.5 * len(workloads), 8), squeeze=False)
@@ -62,7 +86,7 @@ def chart(records: dict[str, dict[str, list[Record]]], base: str, path: str) -> 
         for row, (value, label) in enumerate(((step_s, "median step time"), (first_step_s, "command to first step"))):
             ax = axes[row][col]
             ratios = [_per_round(records[workload][p], ref, value) for p in peers]
-            absolute = [statistics.median(value(r) for r in records[workload][p]) for p in peers]
+            absolute = [statistics.median(value(r) for r in _ok(records[workload][p])) for p in peers]
             bars = ax.bar(range(len(peers)), ratios, color=[f"C{i}" for i in range(len(peers))])
             for bar, ratio, seconds in zip(bars, ratios, absolute):
                 text = f"{ratio:.2f}x\n{seconds * 1e3:.0f} ms" if row == 0 else f"{ratio:.2f}x\n{seconds:.1f} s"

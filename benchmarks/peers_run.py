@@ -34,6 +34,8 @@ class Record:
     loss: float
     rss_mib: list[float]
     wall_s: float
+    phases: dict[str, float]
+    """Rank 0's wall-clock start-up marks: launched/joined (peers), set_up (the trainer's 'start:' log line)."""
 
 
 def _hwm_mib(pid: int) -> Optional[float]:
@@ -93,7 +95,7 @@ def run_command(cmd: list[str], out: Path, env: dict[str, str], trainer_dir: Opt
         tail = (out / "console.txt").read_text()[-3000:]
         raise RuntimeError(f"exit {proc.returncode}: {' '.join(cmd)}\n{tail}")
     if trainer_dir is not None:
-        stamps, loss = _trainer_stamps(trainer_dir)
+        stamps, loss, phases = _trainer_stamps(trainer_dir)
         # Helper processes a worker starts inherit its RANK: the rank is the largest of them.
         pids = {}
         for pid, rank in sorted(env_ranks.items(), key=lambda item: peaks.get(item[0], 0.0)):
@@ -102,22 +104,26 @@ def run_command(cmd: list[str], out: Path, env: dict[str, str], trainer_dir: Opt
     else:
         records = [json.loads(p.read_text()) for p in sorted(out.glob("rank_*.json"))]
         stamps, loss = records[0]["stamps"], records[0]["loss"]
+        phases = {k: records[0][k] for k in ("launched", "joined") if k in records[0]}
         if any(r["loss"] != loss for r in records):
             raise RuntimeError(f"ranks disagree on the loss: {[r['loss'] for r in records]}")
         pids = {r["rank"]: r["pid"] for r in records}
     rss = [peaks.get(pids.get(rank, -1), float("nan")) for rank in range(2)]
-    return Record(started, stamps, loss, rss, wall)
+    return Record(started, stamps, loss, rss, wall, phases)
 
 
-def _trainer_stamps(run_dir: Path) -> tuple[list[float], float]:
-    """Rank 0's log time of every step's metrics row (logging.every_steps=1) and the last row's loss."""
-    stamps = []
+def _trainer_stamps(run_dir: Path) -> tuple[list[float], float, dict[str, float]]:
+    """Rank 0's log time of every step's metrics row (logging.every_steps=1), the last row's
+    loss, and the time of its 'start:' line (set-up done, before the first step)."""
+    stamps, phases = [], {}
     for line in (run_dir / "logs" / "rank_0.log").read_text().splitlines():
+        when = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()  # asctime, local time
         if " step " in line and "train/loss=" in line:
-            when = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")  # logging's asctime, local time
-            stamps.append(when.timestamp())
+            stamps.append(when)
+        elif "] start: " in line:
+            phases["set_up"] = when
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    return stamps, float([r for r in rows if "train/loss" in r][-1]["train/loss"])
+    return stamps, float([r for r in rows if "train/loss" in r][-1]["train/loss"]), phases
 
 
 def clean_env() -> dict[str, str]:
