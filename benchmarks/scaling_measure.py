@@ -1,0 +1,147 @@
+"""What scaling_model.py measures on this machine (not run on its own).
+
+- ``profile(rank, args)`` (1 process, 1 thread): per model, the median forward (with loss),
+  backward and optimizer time at the benchmark's per-rank batch, the time after the start of
+  backward at which each parameter's gradient is ready (post-accumulate-grad hooks: the
+  order and times DDP's buckets fill in), each gradient's bytes and shape, and the extra
+  compute of compression (fp16 casts of the whole gradient; PowerSGD's matmuls, QR and
+  error feedback on the model's own matrices).
+- ``allreduce_curve(rank, args)`` (on 2 or 4 gloo ranks): median time of one all-reduce of
+  float32 tensors from 4 KiB to 64 MiB.
+- ``ddp_steps(rank, args)`` (on 1, 2 or 4 gloo ranks): median step of torch DDP training
+  each model at the same per-rank batch (weak scaling), timed between barriers.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from compression import make_model as make_mlp  # benchmarks/ is on sys.path when a script here runs
+from neural_arch.apps.gpt.model import GPT
+from neural_arch.apps.icenet.model import IceNetUNet
+
+MODELS = ("MLP", "U-Net", "GPT")
+BATCH = {"MLP": 64, "U-Net": 8, "GPT": 16}
+"""Per-rank batch: compression.py's MLP, half of configs/icenet.yaml's and configs/gpt.yaml's global batches."""
+RANKS = (1, 2, 4)
+
+
+def build(name: str) -> tuple[nn.Module, torch.optim.Optimizer, Callable[[nn.Module], torch.Tensor]]:
+    """Model, its config's optimizer, and a loss on a fixed random batch of ``BATCH[name]``."""
+    torch.manual_seed(0)
+    b = BATCH[name]
+    if name == "MLP":
+        model = make_mlp()
+        x, y = torch.randn(b, 64), torch.randint(0, 10, (b,))
+        return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), \
+            lambda m: nn.functional.cross_entropy(m(x), y)
+    if name == "U-Net":  # configs/icenet.yaml: 8 input channels (3 SIC lags + 5), 48 x 48 grid, 3 leads
+        model = IceNetUNet(8, leads=3, widths=(16, 32, 64))
+        x, y = torch.randn(b, 8, 48, 48), torch.randint(0, 3, (b, 3, 48, 48))
+        return model, torch.optim.AdamW(model.parameters(), lr=0.003), \
+            lambda m: nn.functional.cross_entropy(m(x).permute(0, 2, 1, 3, 4), y)
+    model = GPT(d_model=96, n_layers=4, n_heads=4, mlp_ratio=4, dropout=0.0, positional="rotary", context=128)
+    tokens = torch.randint(0, 256, (b, 129))
+    return model, torch.optim.AdamW(model.parameters(), lr=0.003, betas=(0.9, 0.95), weight_decay=0.01), \
+        lambda m: nn.functional.cross_entropy(m(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def _one_profile(name: str, steps: int) -> dict[str, Any]:
+    model, opt, loss_of = build(name)
+    params = [p for p in model.parameters() if p.requires_grad]
+    ready: dict[int, float] = {}
+    for i, p in enumerate(params):
+        p.register_post_accumulate_grad_hook(lambda _p, i=i: ready.__setitem__(i, time.perf_counter()))
+    times: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
+    ready_runs: list[list[float]] = []
+    for step in range(steps + 3):
+        opt.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        loss = loss_of(model)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        if step >= 3:  # warm-up
+            for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
+                times[key].append(value)
+            ready_runs.append([ready[i] - t1 for i in range(len(params))])
+    return {**{k: statistics.median(v) for k, v in times.items()},
+            "ready": [statistics.median(r[i] for r in ready_runs) for i in range(len(params))],
+            "bytes": [p.numel() * p.element_size() for p in params], "shapes": [list(p.shape) for p in params],
+            "batch": BATCH[name], "compress": _compression_costs(params)}
+
+
+def _compression_costs(params: list[nn.Parameter]) -> dict[str, float]:
+    """Seconds of compression compute per step: fp16 round trip of the whole gradient; PowerSGD
+    (rank 1, 2, 4) on every gradient matrix: M += err, P = M Q, QR(P), Q = M^T P, err = M - P Q^T."""
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    out: dict[str, float] = {"fp16": _median_s(lambda: flat.div(2).half().float(), 5)}
+    mats = [p.grad.reshape(p.shape[0], -1) for p in params if p.dim() > 1]
+    for r in (1, 2, 4):
+        qs = [torch.randn(m.shape[1], r) for m in mats]
+        errs = [torch.zeros_like(m) for m in mats]
+
+        def powersgd() -> None:
+            for m, q, e in zip(mats, qs, errs):
+                full = m + e
+                p = torch.linalg.qr(full @ q).Q
+                q2 = full.T @ p
+                e.copy_(full - p @ q2.T)
+        out[f"powersgd{r}"] = _median_s(powersgd, 5)
+    return out
+
+
+def _median_s(fn: Callable[[], Any], repeat: int) -> float:
+    fn()
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def profile(rank: int, args: Any) -> dict[str, Any]:
+    return {name: _one_profile(name, args.steps) for name in MODELS}
+
+
+def allreduce_curve(rank: int, args: Any) -> dict[int, float]:
+    """Median seconds of one float32 all-reduce per size in bytes (sizes interleaved per repeat)."""
+    sizes = [4096 * 4**k for k in range(8)]  # 4 KiB .. 64 MiB
+    runs: dict[int, list[float]] = {s: [] for s in sizes}
+    for _ in range(args.repeat):
+        for s in sizes:
+            t = torch.ones(s // 4)
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(t)
+            runs[s].append(time.perf_counter() - start)
+    return {s: statistics.median(v) for s, v in runs.items()}
+
+
+def ddp_steps(rank: int, args: Any) -> dict[str, float]:
+    """Median step (forward, backward with DDP's bucketed all-reduce, optimizer) per model."""
+    out = {}
+    for name in MODELS:
+        model, opt, loss_of = build(name)
+        wrapped = nn.parallel.DistributedDataParallel(model) if dist.get_world_size() > 1 else model
+        runs = []
+        for step in range(args.steps + 3):
+            dist.barrier()
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss_of(wrapped).backward()
+            opt.step()
+            dist.barrier()
+            if step >= 3:
+                runs.append(time.perf_counter() - start)
+        out[name] = statistics.median(runs)
+    return out

@@ -1,0 +1,112 @@
+"""Data parallelism past this machine: a step-time model fed by measurements here, checked at 1, 2, 4 processes.
+
+Run: ``.venv/bin/python benchmarks/scaling_model.py [--rounds 3 --steps 8 --repeat 7]``
+
+1. Measures (scaling_measure.py), 1 thread per process: each model's forward, backward and
+   optimizer time at its per-rank batch with the time each gradient becomes ready (the
+   MLP of compression.py, configs/icenet.yaml's U-Net, configs/gpt.yaml's GPT), the cost of
+   compressing its gradient, and gloo's all-reduce time on 2 and 4 ranks from 4 KiB to 64 MiB.
+2. Fits alpha + beta x bytes to the 2-rank curve (relative least squares) and reads it as a
+   ring on this machine's loopback: per-hop latency alpha/2, bus bandwidth 1/beta.
+3. Checks the model (scaling_math.py) against torch DDP steps measured here on 1, 2 and 4
+   processes in interleaved rounds; 4 processes share 2 cores, so the model stretches
+   compute by processes/cores there. On loopback the all-reduce is CPU work on the same
+   cores, so the check uses the serial form (overlap shown beside it); target: within 15%.
+4. Predicts step time and weak-scaling efficiency for N = 1 ... 1024 ranks on the links in
+   scaling_math.LINKS, with and without compression (fp16, PowerSGD rank 4), assuming
+   each rank computes as fast as one core here; prints tables and writes scaling_model.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scaling_chart import chart  # benchmarks/ is on sys.path when a script here runs
+from scaling_math import COMPRESSIONS, LINKS, Link, efficiency, ring, step_time
+from scaling_measure import MODELS, RANKS, allreduce_curve, ddp_steps, profile
+from two_ranks import load_average, on_ranks
+
+CORES = os.cpu_count() or 1
+SHOWN = (2, 8, 64, 256, 1024)
+
+
+def fit_loopback(curve: dict[int, float]) -> Link:
+    """alpha + beta x bytes through the 2-rank points (relative errors), as a ring Link."""
+    sizes = np.array(sorted(curve), dtype=float)
+    seconds = np.array([curve[int(s)] for s in sizes])
+    beta, intercept = np.polyfit(sizes, seconds, 1, w=1 / seconds)
+    # A 2-rank ring: 2 hops of latency, 2(N-1)/N = 1 times the bytes over the bus bandwidth.
+    return Link("loopback gloo (fitted)", max(float(intercept), 0.0) / 2, 1 / float(beta))
+
+
+def oversubscribed(prof: dict[str, Any], n: int) -> dict[str, Any]:
+    """``prof`` with compute stretched by n/cores when n processes share fewer cores."""
+    k = max(1.0, n / CORES)
+    return {**prof, "forward": prof["forward"] * k, "backward": prof["backward"] * k,
+            "optimizer": prof["optimizer"] * k, "ready": [t * k for t in prof["ready"]]}
+
+
+def check(profs: dict[str, Any], measured: dict[int, list[dict[str, float]]], link: Link) -> None:
+    print(f"\ncheck against DDP measured here ({len(measured[1])} interleaved rounds, median step):")
+    print(f"{'model':<7} {'N':>2} {'measured':>10} {'serial model':>13} {'error':>7} {'overlap model':>14} {'error':>7}")
+    for name in MODELS:
+        for n in RANKS:
+            got = statistics.median(r[name] for r in measured[n])
+            prof = oversubscribed(profs[name], n)
+            serial, overlap = step_time(prof, n, link, overlap=False), step_time(prof, n, link, overlap=True)
+            print(f"{name:<7} {n:>2} {got * 1e3:8.1f} ms {serial * 1e3:10.1f} ms {serial / got - 1:+7.1%} "
+                  f"{overlap * 1e3:11.1f} ms {overlap / got - 1:+7.1%}")
+
+
+def projections(profs: dict[str, Any]) -> None:
+    for name in MODELS:
+        prof = profs[name]
+        grad_mb = sum(prof["bytes"]) / 1e6
+        one = step_time(prof, 1, LINKS[0])
+        print(f"\n{name}: {grad_mb:.2f} MB of gradients, {prof['batch']} samples per rank, one rank {one * 1e3:.1f} ms "
+              f"per step ({(prof['forward'] + prof['backward']) / prof['batch'] * 1e3:.2f} ms compute per sample)")
+        print(f"{'link':<15} {'compression':<11} " + " ".join(f"{'N=' + str(n):>14}" for n in SHOWN))
+        for link in LINKS:
+            for comp in COMPRESSIONS:
+                cells = [f"{step_time(prof, n, link, comp) * 1e3:7.1f}ms {efficiency(prof, n, link, comp):4.0%}"
+                         for n in SHOWN]
+                print(f"{link.name:<15} {comp:<11} " + " ".join(f"{c:>14}" for c in cells))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per model and run (after 3 warm-up)")
+    parser.add_argument("--repeat", type=int, default=7, help="all-reduce repeats per size")
+    parser.add_argument("--chart", default=str(Path(__file__).with_name("scaling_model.png")))
+    args = parser.parse_args()
+    print(f"start: {load_average()}", flush=True)
+    profs = on_ranks(profile, args, 1)
+    curves = {n: on_ranks(allreduce_curve, args, n) for n in (2, 4)}
+    measured: dict[int, list[dict[str, float]]] = {n: [] for n in RANKS}
+    for r in range(args.rounds):
+        for n in RANKS[r % len(RANKS):] + RANKS[: r % len(RANKS)]:
+            measured[n].append(on_ranks(ddp_steps, args, n))
+            print(f"round {r + 1}: {n} process(es) {measured[n][-1]}", flush=True)
+    print(f"end of measurements: {load_average()}")
+    link = fit_loopback(curves[2])
+    print(f"\nloopback gloo fit (2 ranks): alpha {link.alpha * 2e6:.0f} us per all-reduce, "
+          f"bus bandwidth {link.bandwidth / 1e9:.2f} GB/s")
+    print(f"{'bytes':>10} {'2 ranks':>10} {'fit':>10} {'4 ranks':>10} {'ring from fit':>14}")
+    for size, seconds in sorted(curves[2].items()):
+        print(f"{size:>10} {seconds * 1e3:8.2f}ms {ring(size, 2, link) * 1e3:8.2f}ms {curves[4][size] * 1e3:8.2f}ms "
+              f"{ring(size, 4, link) * 1e3:12.2f}ms")
+    check(profs, measured, link)
+    projections(profs)
+    chart(profs, args.chart)
+    print(f"\nchart: {args.chart}")
+
+
+if __name__ == "__main__":
+    main()
