@@ -71,6 +71,9 @@ def projections(profs: dict[str, Any]) -> None:
         one = step_time(prof, 1, LINKS[0])
         print(f"\n{name}: {grad_mb:.2f} MB of gradients, {prof['batch']} samples per rank, one rank {one * 1e3:.1f} ms "
               f"per step ({(prof['forward'] + prof['backward']) / prof['batch'] * 1e3:.2f} ms compute per sample)")
+        print(f"  measured: forward {prof['forward'] * 1e3:.1f} ms, backward {prof['backward'] * 1e3:.1f} ms, optimizer "
+              f"{prof['optimizer'] * 1e3:.1f} ms; compression compute per step: "
+              + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in prof["compress"].items()))
         print(f"{'link':<15} {'compression':<11} " + " ".join(f"{'N=' + str(n):>14}" for n in SHOWN))
         for link in LINKS:
             for comp in COMPRESSIONS:
