@@ -84,7 +84,9 @@ def requeue_if_asked(asked: bool, signum: int) -> None:
         print("checkpoint.requeue_on_stop: not a SLURM job (no SLURM_JOB_ID); not requeued", flush=True)
         return
     done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
-    if done.returncode == 0:
+    # The requeue ends this job at once: SLURM's SIGTERM to the job's processes can reach scontrol
+    # itself before it exits (seen under load), which is the requeue taking effect, not failing.
+    if done.returncode in (0, -signal.SIGTERM, -signal.SIGKILL):
         print(f"requeued SLURM job {job} after {signal.Signals(signum).name}: it resumes from this checkpoint when "
               "it starts again", flush=True)
     else:
