@@ -35,6 +35,7 @@ def test_compile_with_a_parallel_layout_is_one_line():
 
 
 @pytest.mark.multiprocess
+@pytest.mark.timeout(900)  # inductor compiles C++ on each rank: minutes on 2 busy cores with a cold cache
 def test_compiled_run_on_2_ranks_matches_eager_on_one(tmp_path):
     # compiled blocks under our DDP wrapper (2 gloo ranks) against the eager single process
     base = ["training.steps=6", "training.global_batch_size=8", "data.num_samples=48", "data.val_samples=8",
