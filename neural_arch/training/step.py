@@ -33,7 +33,7 @@ def train_step(parts: TrainingComponents, batch: nd.IndexBatch,
     # same on every rank without another collective (a pipeline adds its ranks' parts).
     norm = gradient_norm(place)  # one read of the gradients (clip_grad_norm_ with inf also rescales)
     if parts.cfg.training.grad_clip is not None and torch.isfinite(norm):
-        clip_to([q.grad for q in place.model.parameters() if q.grad is not None], parts.cfg.training.grad_clip, norm)
+        clip_to([q for q in place.model.parameters() if q.grad is not None], parts.cfg.training.grad_clip, norm)
     if not torch.isfinite(norm) and not parts.scaler.is_enabled():  # fp16's scaler skips such steps itself
         _non_finite(parts, local)
         return local
@@ -117,10 +117,13 @@ def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack([n.full_tensor() if isinstance(n, DTensor) else n for n in norms]))
 
 
-def clip_to(grads: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
-    """Scale the gradients so that their total norm is at most ``max_norm`` (as clip_grad_norm_)."""
+def clip_to(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+    """Scale the gradients of ``params`` so that their total norm is at most ``max_norm`` (as
+    clip_grad_norm_). Parameters, not gradients: torch's function reads ``p.grad`` and skips a
+    tensor without one, so given the gradients themselves it silently scaled nothing."""
+    grads = [p.grad for p in params if p.grad is not None]
     if not any(isinstance(g, DTensor) for g in grads):
-        torch.nn.utils.clip_grads_with_norm_(grads, max_norm, norm)
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
         return
     scale = min(1.0, max_norm / (float(norm) + 1e-6))  # torch's formula; a plain float suits every shard
     for g in grads:
