@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from neural_arch.utils.ports import free_port
+from tests.distributed.launcher.proc_tree import process_tree
 from tests.training.test_trainer import BASE, assert_params, cli, final_params, sample_ids
 
 PACED = str(Path(__file__).resolve().parents[1] / "scripts" / "train_paced.py")
@@ -56,26 +57,9 @@ def _starts(run: Path) -> list[str]:
             if "start: world" in line]
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
-
-
 def _kill_node(agent: subprocess.Popen) -> None:
     """SIGKILL a node at once: its agent and every process under it (workers lead their own groups)."""
-    for pid in [agent.pid, *_descendants(agent.pid)]:
+    for pid in process_tree(agent.pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
