@@ -23,9 +23,6 @@ from torch import nn
 import neural_arch.distributed as nd
 from neural_arch.training.config import Config
 from neural_arch.training.layout_check import layout_active
-from neural_arch.training.pipeline_state import (
-    load_pipeline_state, parameter_indices, pipeline_model_state, pipeline_optimizer_state,
-)
 from neural_arch.training.task import Task
 
 
@@ -60,6 +57,8 @@ class Placement:
         if not self.sharded:
             return self.plain.state_dict()
         if self.pipeline is not None:
+            from neural_arch.training.pipeline_state import pipeline_model_state  # loads DCP: pipelines only
+
             return pipeline_model_state(self.model, self.pipeline.group)
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -70,6 +69,8 @@ class Placement:
         if not self.sharded:
             return optimizer.state_dict()
         if self.pipeline is not None:
+            from neural_arch.training.pipeline_state import pipeline_optimizer_state
+
             return pipeline_optimizer_state(self.model, optimizer, self.pipeline.group, self.indices or {})
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
@@ -83,6 +84,8 @@ class Placement:
             optimizer.load_state_dict(optim_state)
             return
         if self.pipeline is not None:
+            from neural_arch.training.pipeline_state import load_pipeline_state
+
             load_pipeline_state(self.model, optimizer, self.indices or {}, model_state, optim_state)
             return
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
@@ -162,6 +165,8 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
     if layout.pp == 1:
         par.parallelize_model(model, layout, mesh, type(task).parallel_plan())
         return Placement(model, model, **where)
+    from neural_arch.training.pipeline_state import parameter_indices
+
     indices = parameter_indices(model)  # before the stages replace parameters by shards
     # Fixed micro-batch rows: a full global batch's share fills the micro-batches exactly.
     rows = math.ceil(cfg.training.global_batch_size / layout.dp_size / layout.microbatches)

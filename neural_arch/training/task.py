@@ -22,14 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
 import torch
 from torch import nn
 
-from neural_arch.distributed.parallel.plan import ParallelPlan
 from neural_arch.export import ExportSpec
 from neural_arch.training.typed_config import ConfigError
+
+if TYPE_CHECKING:  # a hint only: importing it loads FSDP and DTensor (about 1.3 s)
+    from neural_arch.distributed.parallel.plan import ParallelPlan
 
 RangeRule = tuple[Callable[[Any], bool], str]
 """(predicate on a value, what is allowed, said in the error message)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import torch
@@ -30,12 +30,13 @@ from neural_arch.apps.gpt.config import SECTIONS, source_list
 from neural_arch.apps.gpt.corpus import Corpus, check_corpus_inputs, create_corpus, stale_reason
 from neural_arch.apps.gpt.inference import export_spec, generate_text
 from neural_arch.apps.gpt.model import GPT, count_parameters
-from neural_arch.apps.gpt.parallelize import parallel_plan
-from neural_arch.distributed.parallel import ParallelPlan
 from neural_arch.export import ExportSpec
 from neural_arch.training.builders import PARAM_DTYPES
 from neural_arch.training.task import GenerationSettings, Task
 from neural_arch.training.typed_config import ConfigError
+
+if TYPE_CHECKING:  # a hint only: the plan module loads FSDP and DTensor
+    from neural_arch.distributed.parallel import ParallelPlan
 
 IGNORE = -100
 """Target value of the positions past the end of the last validation window (masked out)."""
@@ -87,6 +88,8 @@ class GPTTask(Task):
 
     @classmethod
     def parallel_plan(cls) -> ParallelPlan:
+        from neural_arch.apps.gpt.parallelize import parallel_plan  # loads DTensor: only for sharded layouts
+
         return parallel_plan()
 
     @classmethod

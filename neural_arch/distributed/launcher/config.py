@@ -14,6 +14,7 @@ from typing import Literal, Optional, Union
 
 import torch
 
+from neural_arch.distributed.launcher import cpu_bind
 from neural_arch.distributed.launcher import torchrun_compat as compat
 
 
@@ -71,6 +72,8 @@ class LaunchConfig:
     """torch elastic's event log handler."""
     virtual_local_rank: bool = False
     """LOCAL_RANK=0 in every worker with CUDA_VISIBLE_DEVICES set to its GPU (torch elastic's mode)."""
+    cpu_bind: str = "auto"
+    """``"auto"``: each worker its own cores when the job fills the CPUs it may use (cpu_bind.py); ``"none"``."""
 
     def __post_init__(self) -> None:
         self.min_nodes, self.max_nodes = parse_nnodes(self.nnodes)
@@ -100,6 +103,8 @@ class LaunchConfig:
             raise ValueError(f"run_as={self.run_as!r} must be 'script', 'module' or 'executable'.")
         compat.check_signals(self.signals_to_handle)
         compat.check_event_handler(self.event_log_handler)
+        if self.cpu_bind not in cpu_bind.MODES:
+            raise ValueError(f"cpu_bind={self.cpu_bind!r} must be one of {', '.join(cpu_bind.MODES)}.")
 
 
 def parse_nnodes(value: Union[int, str]) -> tuple[int, int]:
@@ -157,5 +162,5 @@ def config_from_args(ns: argparse.Namespace) -> LaunchConfig:
         run_as="module" if ns.module else "executable" if ns.no_python else "script",
         console_local_ranks=compat.console_local_ranks(ns.local_ranks_filter, ns.redirects, nproc),
         signals_to_handle=ns.signals_to_handle, event_log_handler=ns.event_log_handler,
-        virtual_local_rank=ns.virtual_local_rank,
+        virtual_local_rank=ns.virtual_local_rank, cpu_bind=ns.cpu_bind,
     )

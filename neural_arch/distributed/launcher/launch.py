@@ -31,6 +31,7 @@ from torch.distributed.elastic.agent.server.api import WorkerSpec
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
+from neural_arch.distributed.launcher import cpu_bind
 from neural_arch.distributed.launcher.agent import RobustElasticAgent
 from neural_arch.distributed.launcher.args import PROG, LaunchUsageError, parse_launch_args
 from neural_arch.distributed.launcher.config import LaunchConfig, config_from_args
@@ -94,9 +95,11 @@ class DistributedLauncher:
     def _worker_args(self, script: str, args: Sequence[str], log_dir: Path) -> tuple[str, ...]:
         c = self.config
         shown = () if c.console_local_ranks is None else ("--local-ranks", ",".join(map(str, c.console_local_ranks)))
+        cpus = cpu_bind.plan_binding(c.cpu_bind, c.nproc, {**os.environ, **self._worker_environment()})
+        bound = () if cpus is None else ("--bind-cpus", cpu_bind.format_cpus(cpus))
         # --parent-pid: this process starts the workers (torch elastic's agent runs in it); they die with it.
         return ("-u", "-m", "neural_arch.distributed.launcher.worker", "--console", "rank0" if c.rank0_only else "all",
-                *shown, "--run-as", c.run_as, "--log-dir", str(log_dir), "--parent-pid", str(os.getpid()),
+                *shown, *bound, "--run-as", c.run_as, "--log-dir", str(log_dir), "--parent-pid", str(os.getpid()),
                 script, *args)
 
     def preflight(self, script: str) -> None:
@@ -162,7 +165,7 @@ class DistributedLauncher:
             env["NEURAL_ARCH_TIMEOUT"] = str(self.config.timeout)
         if "OMP_NUM_THREADS" not in os.environ and self.config.nproc > 1:
             # As torchrun: N workers sharing the cores should not each start all threads.
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.config.nproc))
+            env["OMP_NUM_THREADS"] = str(cpu_bind.default_threads(self.config.nproc))
         loopback = loopback_interface()
         if self.config.max_nodes == 1 and loopback is not None:
             # One node: the workers' own gloo/NCCL sockets on loopback too (gloo binds the

@@ -64,6 +64,9 @@ def _program(g: argparse._ArgumentGroup) -> None:
     add("--role", default="default", help="name of the workers' role (ROLE_NAME in their environment)")
     add("--virtual-local-rank", "--virtual_local_rank", action="store_true",
         help="LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES set to its GPU")
+    add("--cpu-bind", "--cpu_bind", choices=["auto", "none"], default="auto",
+        help="auto (default): each worker its own cores when the workers' threads fill this node's CPUs; "
+             "none: the OS places them")
 
 
 def _restarts(g: argparse._ArgumentGroup) -> None:

@@ -29,6 +29,7 @@ from typing import Optional, Sequence
 
 from neural_arch.distributed.env import detect_cluster_env
 from neural_arch.distributed.checkpoint.progress import on_checkpoint_saved
+from neural_arch.distributed.launcher.cpu_bind import bind_worker, parse_cpus
 from neural_arch.distributed.launcher.lifeline import die_with_parent
 from neural_arch.distributed.launcher.log_format import attempt_header, log_path, progress_marker, wait_for_lock
 from neural_arch.distributed.launcher.program import run_executable, run_python
@@ -155,6 +156,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--local-ranks", default=None, help="show only these local ranks (comma-separated)")
     parser.add_argument("--run-as", choices=["script", "module", "executable"], default="script")
     parser.add_argument("--parent-pid", type=int, default=None, help="the launcher's pid: die when it dies")
+    parser.add_argument("--bind-cpus", default=None, help="the node's CPUs to share out by local rank (cpu_bind.py)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
@@ -173,6 +175,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(log, "a") as out:
             out.write(attempt_header(rank, cluster.attempt, os.getpid()) + "\n")
     tee = OutputTee(f"[rank {rank}] ", log, show)
+    if ns.bind_cpus:  # after the log pump started: it need not share this rank's cores
+        bind_worker(parse_cpus(ns.bind_cpus), cluster.local_rank, cluster.local_world_size)
     try:
         code = run_script(ns.script, ns.args, ns.run_as)
     finally:

@@ -19,20 +19,34 @@ model files hold no distributed code. Built on torch's engines only (``fully_sha
 DTensor ``parallelize_module``, ``torch.distributed.pipelining``, ``torch.utils.checkpoint``).
 """
 
-from neural_arch.distributed.parallel.activation import apply_activation_checkpointing
-from neural_arch.distributed.parallel.checkpoint_layout import dcp_restore, dcp_savable
-from neural_arch.distributed.parallel.fsdp import apply_fsdp, fsdp_mesh, mixed_precision, needs_fsdp
-from neural_arch.distributed.parallel.layout import (
-    DTYPES, PP_SCHEDULES, ParallelLayout, layout_from_dict, validate, validate_model,
-)
-from neural_arch.distributed.parallel.mesh import MESH_DIMS, build_mesh, dp_mesh, dp_rank, dp_size, is_dp_leader
-from neural_arch.distributed.parallel.pipeline import SCHEDULES, build_pipeline, even_split, local_stages
-from neural_arch.distributed.parallel.pipeline_forward import PipelineForward
-from neural_arch.distributed.parallel.plan import ParallelPlan, StageBuilder, apply_layout, check_plan, parallelize_model
-from neural_arch.distributed.parallel.stage_view import stage_view
-from neural_arch.distributed.parallel.step import PipelineRunner, SampleLoss, TiedParameters
-from neural_arch.distributed.parallel.tensor import FusedColwiseParallel, TensorPlan, apply_tensor_parallel
-from neural_arch.distributed.parallel.weighting import data_parallel_loss, pad_rows
+import importlib
+
+_WHERE = {
+    **dict.fromkeys(("apply_activation_checkpointing",), "activation"),
+    **dict.fromkeys(("dcp_restore", "dcp_savable"), "checkpoint_layout"),
+    **dict.fromkeys(("apply_fsdp", "fsdp_mesh", "mixed_precision", "needs_fsdp"), "fsdp"),
+    **dict.fromkeys(("DTYPES", "PP_SCHEDULES", "ParallelLayout", "layout_from_dict", "validate", "validate_model"), "layout"),
+    **dict.fromkeys(("MESH_DIMS", "build_mesh", "dp_mesh", "dp_rank", "dp_size", "is_dp_leader"), "mesh"),
+    **dict.fromkeys(("SCHEDULES", "build_pipeline", "even_split", "local_stages"), "pipeline"),
+    **dict.fromkeys(("PipelineForward",), "pipeline_forward"),
+    **dict.fromkeys(("ParallelPlan", "StageBuilder", "apply_layout", "check_plan", "parallelize_model"), "plan"),
+    **dict.fromkeys(("stage_view",), "stage_view"),
+    **dict.fromkeys(("PipelineRunner", "SampleLoss", "TiedParameters"), "step"),
+    **dict.fromkeys(("FusedColwiseParallel", "TensorPlan", "apply_tensor_parallel"), "tensor"),
+    **dict.fromkeys(("data_parallel_loss", "pad_rows"), "weighting"),
+}
+"""Public name -> the module that defines it. Imported on first use (PEP 562): the trainer's
+plain data-parallel path then never loads DTensor and pipelining (with torch._dynamo and sympy:
+about 3 s per process at start-up)."""
+
+
+def __getattr__(name: str) -> object:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
 
 __all__ = [
     "DTYPES", "MESH_DIMS", "PP_SCHEDULES", "SCHEDULES",

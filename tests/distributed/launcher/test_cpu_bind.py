@@ -1,0 +1,53 @@
+"""CPU binding of local workers (``--cpu-bind``): the plan, the slices, and real workers' affinity.
+
+Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_cpu_bind.py``
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from neural_arch.distributed.launcher.cpu_bind import plan_binding, worker_slice
+from neural_arch.distributed.launcher.config import LaunchConfig
+
+LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
+SHOW = "import os; print('cpus', os.environ['LOCAL_RANK'], sorted(os.sched_getaffinity(0)), flush=True)"
+
+
+def test_binds_only_when_the_workers_fill_the_cpus():
+    cpus = list(range(8))
+    assert plan_binding("auto", 2, {"OMP_NUM_THREADS": "4"}, cpus) == cpus
+    assert plan_binding("auto", 8, {}, cpus) == cpus  # default threads: 8 // 8 = 1 each
+    assert plan_binding("auto", 2, {"OMP_NUM_THREADS": "1"}, cpus) is None  # a quarter of a shared machine
+    assert plan_binding("auto", 16, {"OMP_NUM_THREADS": "1"}, cpus) is None  # more workers than CPUs
+    assert plan_binding("none", 8, {"OMP_NUM_THREADS": "1"}, cpus) is None
+    with pytest.raises(ValueError, match="cpu_bind='cores'"):
+        plan_binding("cores", 2, {}, cpus)
+    with pytest.raises(ValueError, match="cpu_bind='all'"):
+        LaunchConfig(nproc_per_node=2, cpu_bind="all")
+
+
+def test_slices_are_disjoint_contiguous_and_cover_whole_blocks():
+    cpus = [2, 3, 4, 5, 6, 7, 8]  # 7 CPUs of a SLURM allocation, 3 workers: 2 each, one left over
+    slices = [worker_slice(cpus, r, 3) for r in range(3)]
+    assert slices == [[2, 3], [4, 5], [6, 7]]
+    assert worker_slice([0, 1], 1, 2) == [1]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_launched_workers_get_their_own_cores_unless_told_not_to(tmp_path):
+    script = tmp_path / "show.py"
+    script.write_text(SHOW)
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # taskset: the launcher may use exactly 2 CPUs, so 2 one-thread workers fill them
+    base = ["taskset", "-c", ",".join(map(str, cpus)), *LAUNCHER, "--nproc_per_node=2"]
+    bound = subprocess.run([*base, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert bound.returncode == 0, bound.stderr
+    assert f"cpus 0 [{cpus[0]}]" in bound.stdout and f"cpus 1 [{cpus[1]}]" in bound.stdout, bound.stdout
+    free = subprocess.run([*base, "--cpu-bind", "none", str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert free.returncode == 0, free.stderr
+    assert f"cpus 0 {cpus}" in free.stdout and f"cpus 1 {cpus}" in free.stdout, free.stdout
