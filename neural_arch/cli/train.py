@@ -57,9 +57,10 @@ def _train_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
     cfg = _checked_config(ns, None)
     nproc = ns.nproc_per_node or cfg.training.nproc_per_node
     if nproc > 1 and detect_cluster_env().world_size == 1:
+        from neural_arch.training.config import load_config
         from neural_arch.training.run_lock import RunDirLock
 
-        _checked_config(ns, nproc)  # batch divisibility, before any process starts
+        load_config(ns.config, ns.overrides, world_size=nproc)  # batch divisibility, before any process starts
         RunDirLock.probe(Path(cfg.run.dir))  # another job there: one line now, not after starting workers
         return _launch_workers(cfg, nproc, without_nproc(argv))
     return worker_main(without_nproc(argv))

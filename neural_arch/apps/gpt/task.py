@@ -117,7 +117,10 @@ class GPTTask(Task):
         self.parameters = 0
 
     def prepare(self) -> None:
-        # Rank 0 computes (lzma on the validation text takes a second or two), everyone gets it.
+        if "baselines" in self.corpus.manifest:  # corpora made since they are computed at creation
+            self.baselines = dict(self.corpus.manifest["baselines"])
+            return
+        # An older corpus: rank 0 computes (lzma on the validation text takes a second or two), everyone gets it.
         mine = byte_baselines(self.corpus.train, self.corpus.val) if nd.get_rank() == 0 else None
         self.baselines = nd.all_gather_object(mine)[0]  # type: ignore[assignment]
 

@@ -4,12 +4,14 @@ Run: ``.venv/bin/python -m pytest tests/apps/gpt/test_corpus.py -q``
 """
 
 import json
+import sysconfig
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from neural_arch.apps.gpt.corpus import Corpus, create_corpus, resolve_sources
+from neural_arch.apps.gpt.baselines import byte_baselines
+from neural_arch.apps.gpt.corpus import NOT_LIBRARY, Corpus, create_corpus, resolve_sources
 from neural_arch.training.typed_config import ConfigError
 from tests.apps.gpt.helpers import CONTEXT, VAL_FRACTION, make_corpus, write_texts
 from tests.helpers.multiproc import run_ranks
@@ -109,3 +111,27 @@ def test_the_default_source_is_the_standard_library(tmp_path):
     assert len(files) > 500 and any(f.rel == "os.py" for f in files)
     assert not any("site-packages" in f.rel for f in files)
     assert 0 < sum(f.split == "val" for f in files) < len(files) / 5
+    # the pruning walk finds exactly what a full recursive glob, then filtering, finds
+    root = Path(sysconfig.get_paths()["stdlib"])
+    globbed = sorted({p.resolve() for p in root.rglob("*.py") if p.is_file() and not NOT_LIBRARY & set(p.relative_to(root).parts)})
+    assert [f.path for f in files] == globbed
+
+
+def test_the_baselines_are_computed_at_creation_and_an_older_corpus_computes_them(tmp_path):
+    from neural_arch.apps.gpt.task import GPTTask
+    from neural_arch.training.config import load_config
+
+    path = make_corpus(tmp_path)
+    corpus = Corpus(path)
+    assert corpus.manifest["baselines"] == byte_baselines(corpus.train, corpus.val)
+    cfg = load_config("configs/gpt.yaml", [f"data.path={path}", f"data.source=[{tmp_path / 'src'}]",
+                                           f"data.val_fraction={VAL_FRACTION}", f"model.context={CONTEXT}"])
+    task = GPTTask(cfg)
+    task.prepare()
+    assert task.baselines == corpus.manifest["baselines"]
+    manifest = dict(corpus.manifest)
+    del manifest["baselines"]  # as written before they were part of it
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    older = GPTTask(cfg)
+    older.prepare()
+    assert older.baselines == task.baselines
