@@ -5,6 +5,7 @@ Run: ``.venv/bin/python benchmarks/compression.py [--rounds 7 --steps 20 --batch
      cost of one model-sized gradient in fp32, fp16 and bf16 on gloo)
      ``.venv/bin/python benchmarks/compression.py --overhead``  (the compression work alone:
      one process, where nothing is sent, with and without ``gradient_as_bucket_view``)
+     ``--cpu-bind none`` leaves the ranks to the OS (default: a core each, as our launcher binds them)
 
 Every setting trains its own copy of the same MLP (64 -> 2048 -> 2048 -> 2048 -> 10, 8.55 M
 parameters, 34 MB of fp32 gradients per step) from the same initial weights on the same
@@ -142,7 +143,7 @@ def report(result: dict, args: argparse.Namespace) -> None:
     base = "raw DDP (exact)"
     params = sum(p.numel() for p in make_model().parameters())
     print(f"model: MLP {params / 1e6:.2f} M params ({params * 4 / 1e6:.1f} MB fp32 gradients), batch {args.batch}/rank, "
-          f"2 ranks gloo, 1 thread each; {args.rounds} rounds x {args.steps} steps after a warm-up round; "
+          f"2 ranks gloo, 1 thread each, cpu-bind {args.cpu_bind}; {args.rounds} rounds x {args.steps} steps after a warm-up round; "
           f"{result['steps'][base]} steps per setting; {load_average()}")
     print(f"{'setting':<18} {'median step':>12} {'samples/s':>10} {'x raw DDP':>10} {'held-out loss':>14} {'vs exact':>9}")
     for name in times:
@@ -160,6 +161,8 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--collectives", action="store_true", help="time the collectives only")
     parser.add_argument("--overhead", action="store_true", help="time the compression work in one process")
+    parser.add_argument("--cpu-bind", choices=["auto", "none"], default="auto",
+                        help="auto: each rank its own core, as our launcher binds them; none: the OS places them")
     args = parser.parse_args()
     if args.overhead:
         for name, seconds in on_ranks(overhead, args, world=1).items():
@@ -167,11 +170,11 @@ def main() -> None:
         print(load_average())
         return
     if args.collectives:
-        for name, seconds in on_two_ranks(collectives, args).items():
+        for name, seconds in on_two_ranks(collectives, args, cpu_bind=args.cpu_bind).items():
             print(f"{name:<22} {seconds * 1e3:8.1f} ms")
         print(load_average())
         return
-    report(on_two_ranks(body, args), args)
+    report(on_two_ranks(body, args, cpu_bind=args.cpu_bind), args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """Run a benchmark body on spawned gloo ranks (127.0.0.1, a free port, 1 thread each).
 
+Ranks are bound to CPUs as our launcher binds them (``--cpu-bind auto``: here 2 ranks get a
+core each, 4 ranks on 2 cores stay unbound); ``cpu_bind="none"`` leaves them to the OS.
+
 Used by ddp_overhead.py, trainer_overhead.py (2 ranks) and memory.py, pipeline.py (1, 2
 or 4 ranks): ``result = on_two_ranks(body, args)`` or ``on_ranks(body, args, world=4)``
 calls ``body(rank, args)`` in every process with the process group initialised and
@@ -9,16 +12,20 @@ returns rank 0's result.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 import torch.multiprocessing as mp
 
 from neural_arch.distributed import destroy_process_group, init_process_group
+from neural_arch.distributed.launcher.cpu_bind import bind_worker, plan_binding
 from neural_arch.utils.ports import free_port
 
 
-def _child(body: Callable[[int, Any], Any], rank: int, world: int, port: int, args: Any, out: "mp.Queue") -> None:
+def _child(body: Callable[[int, Any], Any], rank: int, world: int, port: int, args: Any, out: "mp.Queue",
+           cpus: Optional[list[int]] = None) -> None:
+    if cpus is not None:
+        bind_worker(cpus, rank, world)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -29,12 +36,13 @@ def _child(body: Callable[[int, Any], Any], rank: int, world: int, port: int, ar
     destroy_process_group()
 
 
-def on_ranks(body: Callable[[int, Any], Any], args: Any, world: int, timeout: float = 3600) -> Any:
+def on_ranks(body: Callable[[int, Any], Any], args: Any, world: int, timeout: float = 3600, cpu_bind: str = "auto") -> Any:
     """``body(rank, args)`` on ``world`` ranks; rank 0's return value."""
+    cpus = plan_binding(cpu_bind, world, {"OMP_NUM_THREADS": "1"})
     port = free_port()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(body, r, world, port, args, out)) for r in range(world)]
+    procs = [ctx.Process(target=_child, args=(body, r, world, port, args, out, cpus)) for r in range(world)]
     for p in procs:
         p.start()
     result = out.get(timeout=timeout)
@@ -43,9 +51,9 @@ def on_ranks(body: Callable[[int, Any], Any], args: Any, world: int, timeout: fl
     return result
 
 
-def on_two_ranks(body: Callable[[int, Any], Any], args: Any, timeout: float = 3600) -> Any:
+def on_two_ranks(body: Callable[[int, Any], Any], args: Any, timeout: float = 3600, cpu_bind: str = "auto") -> Any:
     """``body(rank, args)`` on 2 ranks; rank 0's return value."""
-    return on_ranks(body, args, 2, timeout)
+    return on_ranks(body, args, 2, timeout, cpu_bind)
 
 
 def load_average() -> str:
