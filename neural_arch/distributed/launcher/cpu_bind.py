@@ -14,22 +14,40 @@ When ``auto`` binds: the job's workers times their threads (OMP_NUM_THREADS, or 
 launcher's default of cores / workers) fill every CPU this launcher may use (its affinity
 mask, e.g. a SLURM allocation), and there are at least as many CPUs as workers. A job that
 uses only part of a shared machine is not bound: two such jobs would otherwise both pin to
-the first cores. Local rank r gets the r-th contiguous slice of len(cpus) // workers CPUs.
+the first cores. Local rank r gets the r-th contiguous slice of len(cpus) // workers CPUs,
+counted with a core's hyperthreads next to each other (so a slice is whole cores).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 MODES = ("auto", "none")
+SYSFS_CPUS = Path("/sys/devices/system/cpu")
 
 
-def usable_cpus() -> list[int]:
-    """The CPUs this process may run on (its affinity mask), sorted."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
+def usable_cpus(topology: Path = SYSFS_CPUS) -> list[int]:
+    """The CPUs this process may run on (its affinity mask), hyperthreads of one core next to
+    each other (Linux numbers them N apart), so that a contiguous block holds whole cores."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    return by_core(cpus, topology)
+
+
+def by_core(cpus: Sequence[int], topology: Path = SYSFS_CPUS) -> list[int]:
+    """``cpus`` ordered by (socket, core), a core's hyperthreads together."""
+    return sorted(cpus, key=lambda cpu: _core_of(cpu, topology))
+
+
+def _core_of(cpu: int, topology: Path) -> tuple[int, int, int]:
+    """(socket, core, cpu) from sysfs; (0, cpu, cpu) where it cannot be read."""
+    where = topology / f"cpu{cpu}" / "topology"
+    try:
+        return int((where / "physical_package_id").read_text()), int((where / "core_id").read_text()), cpu
+    except (OSError, ValueError):
+        return 0, cpu, cpu
 
 
 def default_threads(nproc: int) -> int:
@@ -64,9 +82,16 @@ def worker_slice(cpus: Sequence[int], local_rank: int, local_world_size: int) ->
 
 
 def bind_worker(cpus: Sequence[int], local_rank: int, local_world_size: int) -> None:
-    """Restrict this process (and what it starts later) to its share of ``cpus``; a no-op off Linux."""
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, set(worker_slice(cpus, local_rank, local_world_size)))
+    """Restrict this process (and what it starts later) to its share of ``cpus``; a no-op off
+    Linux. A refused binding (a CPU gone offline since the plan) is a note, not a failure."""
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    mine = worker_slice(cpus, local_rank, local_world_size)
+    try:
+        os.sched_setaffinity(0, set(mine))
+    except OSError as exc:
+        print(f"launcher: note: local rank {local_rank} runs unbound (binding to CPUs {format_cpus(mine)} failed: "
+              f"{exc}); pass --cpu-bind none to skip binding", file=sys.stderr, flush=True)
 
 
 def format_cpus(cpus: Sequence[int]) -> str:

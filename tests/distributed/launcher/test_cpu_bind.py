@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from neural_arch.distributed.launcher.cpu_bind import plan_binding, worker_slice
+from neural_arch.distributed.launcher.cpu_bind import bind_worker, by_core, plan_binding, worker_slice
 from neural_arch.distributed.launcher.config import LaunchConfig
 
 LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
@@ -51,3 +51,21 @@ def test_launched_workers_get_their_own_cores_unless_told_not_to(tmp_path):
     free = subprocess.run([*base, "--cpu-bind", "none", str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert free.returncode == 0, free.stderr
     assert f"cpus 0 {cpus}" in free.stdout and f"cpus 1 {cpus}" in free.stdout, free.stdout
+
+
+def test_hyperthreads_of_one_core_land_in_the_same_slice(tmp_path):
+    # 2 cores x 2 threads, numbered as Linux does: cpu0/cpu2 are core 0, cpu1/cpu3 core 1
+    for cpu, core in ((0, 0), (1, 1), (2, 0), (3, 1)):
+        where = tmp_path / f"cpu{cpu}" / "topology"
+        where.mkdir(parents=True)
+        (where / "physical_package_id").write_text("0\n")
+        (where / "core_id").write_text(f"{core}\n")
+    order = by_core([0, 1, 2, 3], tmp_path)
+    assert order == [0, 2, 1, 3]
+    assert [worker_slice(order, r, 2) for r in range(2)] == [[0, 2], [1, 3]]
+    assert by_core([7, 0], tmp_path) == [0, 7]  # cpu7 has no sysfs entry: a core of its own
+
+
+def test_a_refused_binding_is_a_note_not_a_failure(capsys):
+    bind_worker([10_000], 0, 1)  # no such CPU
+    assert "local rank 0 runs unbound" in capsys.readouterr().err
