@@ -39,7 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
-from soak_faults import TORCH_CACHE, inject, wait_clean  # benchmarks/ is on sys.path when a script here runs
+from neural_arch.distributed.launcher.scratch import TORCH_CACHE
+from soak_faults import inject, wait_clean  # benchmarks/ is on sys.path when a script here runs
 from soak_report import final_params, outcome, print_table, recovery
 from soak_worker import PLAN_FILE, STEPS_FILE
 

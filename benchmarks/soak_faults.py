@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests' /proc helpers
+from neural_arch.distributed.launcher.scratch import leftovers  # noqa: E402
 from tests.distributed.launcher.proc_tree import PROC, alive, process_tree  # noqa: E402
 
 WORKER_MARK = b"neural_arch.distributed.launcher.worker"
@@ -127,12 +128,6 @@ def round_processes(round_dir: Path) -> dict[int, str]:
     return found
 
 
-TORCH_CACHE = "torchinductor_"
-"""torch's own compile cache, ``$TMPDIR/torchinductor_$USER``, made when ``torch._dynamo`` is
-imported (the trainer imports it through torch.distributed): one per user, reused by every
-run, by design not removed. Not a temp dir of the job's; the soak lists it apart."""
-
-
 def wait_clean(round_dir: Path, tmp: Path, grace: float) -> tuple[dict[int, str], list[str], float]:
     """Wait up to ``grace`` s for the round's processes and temp files to go: (survivors,
     leftover names in ``tmp`` but torch's cache, seconds waited). Survivors are then
@@ -140,7 +135,7 @@ def wait_clean(round_dir: Path, tmp: Path, grace: float) -> tuple[dict[int, str]
     start = time.monotonic()
     while True:
         left = round_processes(round_dir)
-        files = sorted(p.name for p in tmp.iterdir() if not p.name.startswith(TORCH_CACHE))
+        files = [p.name for p in leftovers(tmp)]
         waited = time.monotonic() - start
         if (not left and not files) or waited > grace:
             break

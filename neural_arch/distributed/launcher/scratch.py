@@ -28,6 +28,15 @@ from typing import Optional
 PREFIX = "neural_arch_"
 CLEANER_WAIT = 10.0
 """Seconds ``__exit__`` waits for the cleaner, which has nothing left to do by then."""
+TORCH_CACHE = "torchinductor_"
+"""torch's own compile cache, ``$TMPDIR/torchinductor_$USER``, made when ``torch._dynamo`` is
+imported (torch's DDP constructor does): one per user, reused by every run, by design not
+removed. Not a temp dir of a job's."""
+
+
+def leftovers(tmp: Path) -> list[Path]:
+    """What a finished job left in the temp dir ``tmp``: everything but torch's compile cache."""
+    return sorted(p for p in tmp.iterdir() if not p.name.startswith(TORCH_CACHE))
 
 
 class ScratchDir:

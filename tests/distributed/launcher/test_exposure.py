@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from neural_arch.distributed.launcher.scratch import leftovers
 from tests.distributed.launcher.proc_tree import alive, is_loopback, listening, process_tree
 from tests.helpers.multiproc import free_port
 from tests.helpers.paths import SCRIPTS
@@ -32,13 +33,6 @@ LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
 PROBE = str(SCRIPTS / "launch_probe.py")
 GONE_WITHIN = 10.0
 """Seconds after the launcher's death or stop by which every process of the job must be gone."""
-
-
-def ours_left(tmp: Path) -> list[Path]:
-    """What is left in TMPDIR, less torch's per-user compile cache (``torchinductor_<user>``:
-    ``import torch._dynamo``, which torch's DDP constructor does, creates it in any torch job
-    and it is meant to persist between runs)."""
-    return [p for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]
 
 
 def start(cmd: list[str], tmp_path: Path) -> tuple[subprocess.Popen, Path]:
@@ -124,7 +118,7 @@ def test_train_job_listens_on_loopback_only_and_stops_within_10_s_of_sigterm(tmp
         proc.send_signal(signal.SIGTERM)
         took = wait_gone(tree, GONE_WITHIN)  # the launcher too: it exits once its workers saved and left
         assert proc.wait(timeout=5) == 128 + signal.SIGTERM, out.read_text()
-        assert not ours_left(tmp_path / "tmp"), list((tmp_path / "tmp").rglob("*"))
+        assert not leftovers(tmp_path / "tmp"), list((tmp_path / "tmp").rglob("*"))
         print(f"every process of the job gone {took:.2f} s after SIGTERM to the launcher")
     finally:
         if proc.poll() is None:
