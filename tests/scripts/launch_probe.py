@@ -3,7 +3,9 @@
 Every rank joins the group, all-reduces its rank, and writes what it saw to
 OUT_DIR/rank_<RANK>_attempt_<TORCHELASTIC_RESTART_COUNT>.json. MODE adds a fault:
 ``kill1`` (rank 1 SIGKILLs itself on the first attempt), ``hang1`` (rank 1 sleeps forever
-before the collective), ``stop1`` (rank 1 SIGSTOPs itself), ``fail1`` (rank 1 raises on every attempt), ``ok``.
+before the collective), ``stop1`` (rank 1 SIGSTOPs itself), ``fail1`` (rank 1 raises on every attempt),
+``torn1`` (rank 1 leaves a cut-off elastic error file and exits 1 on the first attempt, as if
+SIGTERMed mid-write), ``ok``.
 """
 
 import json
@@ -27,6 +29,10 @@ if mode == "hang1" and rank == 1:
     time.sleep(10_000)
 if mode == "stop1" and rank == 1:
     os.kill(os.getpid(), signal.SIGSTOP)
+if mode == "torn1" and rank == 1 and attempt == "0":
+    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+        f.write('{"message": {"message": "RuntimeError: cut o')
+    os._exit(1)
 if mode == "fail1" and rank == 1:
     raise RuntimeError("rank 1 cannot continue: simulated bug")
 total = all_reduce(torch.tensor([float(rank)])).item()

@@ -24,10 +24,14 @@ this subclass changes these things, each found by reproducing failed restarts:
    the same place as in the previous attempt, and no checkpoint was saved in between, the
    remaining restarts are dropped (``restart_policy.py``; single-node jobs only, since the
    agents of other nodes could not learn of it and would wait in the next rendezvous).
+6. **A torn error file is set aside**, not a crash of the launcher: a worker SIGTERMed
+   while writing its elastic error file leaves it cut off (seen once in CI, in a
+   kill-during-checkpoint test), and torch's agent died parsing it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -102,7 +106,12 @@ class RobustElasticAgent(LocalElasticAgent):
                 time.sleep(0.02)
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
-        result = super()._monitor_workers(worker_group)
+        try:
+            result = super()._monitor_workers(worker_group)
+        except ValueError:  # json.JSONDecodeError: see _set_aside_torn_error_files
+            if not self._set_aside_torn_error_files():
+                raise
+            result = super()._monitor_workers(worker_group)  # torch's poll resumes where it stopped
         if result.state == WorkerState.FAILED:
             for rank, failure in result.failures.items():
                 self.failure_history.append(
@@ -115,6 +124,22 @@ class RobustElasticAgent(LocalElasticAgent):
                 )
             self._apply_restart_policy()
         return result
+
+    def _set_aside_torn_error_files(self) -> bool:
+        """Rename every error file of this attempt that is not valid JSON to ``*.torn``; returns
+        whether there was one. A worker SIGTERMed while its own code (e.g. torch's ``@record``)
+        was writing the file leaves it cut off, and torch's agent would crash reading it
+        instead of restarting; that rank's log still holds the traceback."""
+        torn = False
+        for path in (self._pcontext.error_files.values() if self._pcontext else ()):
+            if not os.path.isfile(path):  # none written, or os.devnull when there is no log dir
+                continue
+            try:
+                json.loads(Path(path).read_text())
+            except ValueError:
+                os.replace(path, f"{path}.torn")
+                torn = True
+        return torn
 
     def forward_signal(self, signum: int) -> None:
         """Send ``signum`` to every worker of the running attempt (e.g. SLURM's USR1 warning)."""

@@ -12,8 +12,8 @@ rarely run it by hand.
   shown on the console prefixed ``[rank N]``.
 - Failure: an uncaught exception is printed, followed by a one-line diagnosis when it is a
   collective timeout (which rank did not arrive, see ``runtime/heartbeat.py``), and recorded in the
-  elastic error file so the launcher's summary can quote it. The process group is then
-  left at once, without waiting for healthy peers.
+  elastic error file (written whole, then renamed into place) so the launcher's summary can
+  quote it. The process group is then left at once, without waiting for healthy peers.
 """
 
 from __future__ import annotations
@@ -107,10 +107,22 @@ def _record_failure(exc: BaseException) -> None:
         if hint:
             print(f"neural_arch: {hint}", file=sys.stderr, flush=True)
     if os.environ.get("TORCHELASTIC_ERROR_FILE"):
-        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
-        ErrorHandler().record_exception(exc)
+        _write_error_file(exc, os.environ["TORCHELASTIC_ERROR_FILE"])
     abandon_process_group()  # peers may be healthy and busy: no barrier
+
+
+def _write_error_file(exc: BaseException, path: str) -> None:
+    """Record ``exc`` in torch elastic's error-file format, whole or not at all: the launcher
+    SIGTERMs the other ranks when one fails, and a file cut off mid-write made torch's agent
+    crash on it (JSONDecodeError) instead of restarting the job."""
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    class _ToSibling(ErrorHandler):
+        def _get_error_file_path(self) -> str:
+            return path + ".partial"
+
+    _ToSibling().record_exception(exc)
+    os.replace(path + ".partial", path)
 
 
 def _exit_code(code: object) -> int:

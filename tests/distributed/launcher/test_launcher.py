@@ -46,6 +46,16 @@ def test_sigkilled_rank_is_restarted_every_time(tmp_path):
         assert all(r["sum"] == 1.0 and r["world"] == 2 for r in got.values())
 
 
+def test_a_torn_error_file_is_set_aside_and_the_job_restarts(tmp_path):
+    # A rank SIGTERMed while writing its elastic error file (CI saw it once) used to crash
+    # torch's agent with JSONDecodeError: "the launcher itself failed", no restart.
+    logs = tmp_path / "logs"
+    proc = launch("--nproc_per_node=2", "--max_restarts=1", f"--log_dir={logs}", PROBE, str(tmp_path), "torn1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert set(records(tmp_path)) == {"rank_0_attempt_1", "rank_1_attempt_1"}
+    assert "the launcher itself failed" not in proc.stderr
+
+
 def test_without_restarts_the_summary_names_rank_and_signal(tmp_path):
     proc = launch("--nproc_per_node=2", "--max_restarts=0", f"--log_dir={tmp_path / 'logs'}", PROBE, str(tmp_path), "kill1")
     assert proc.returncode != 0
