@@ -12,6 +12,8 @@ returns rank 0's result.
 from __future__ import annotations
 
 import os
+import queue
+import time
 from typing import Any, Callable, Optional
 
 import torch
@@ -45,10 +47,26 @@ def on_ranks(body: Callable[[int, Any], Any], args: Any, world: int, timeout: fl
     procs = [ctx.Process(target=_child, args=(body, r, world, port, args, out, cpus)) for r in range(world)]
     for p in procs:
         p.start()
-    result = out.get(timeout=timeout)
+    result = _rank0_result(out, procs, timeout)
     for p in procs:
         p.join()
     return result
+
+
+def _rank0_result(out: "mp.Queue", procs: list, timeout: float) -> Any:
+    """Rank 0's result, or a clear error as soon as a rank died without one (a crashed
+    rank would otherwise leave the others, and this wait, hanging until ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return out.get(timeout=1.0)
+        except queue.Empty:
+            dead = [(rank, p.exitcode) for rank, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            if dead:
+                for p in procs:
+                    p.kill()
+                raise RuntimeError(f"benchmark rank(s) died: {dead} (rank, exit code); their traceback is above")
+    raise TimeoutError(f"no result from rank 0 within {timeout:.0f} s")
 
 
 def on_two_ranks(body: Callable[[int, Any], Any], args: Any, timeout: float = 3600, cpu_bind: str = "auto") -> Any:
