@@ -11,6 +11,9 @@ runs past the end of backward is exposed (network links: the NIC moves the bytes
 cores compute); **serial** adds every bucket's time (this machine's loopback gloo, where the
 copies and sums run on the same 2 cores as the training).
 
+On more than one rank DDP also scales every gradient into its bucket and copies the bucket
+back (torch's default): measured, and added to the compute.
+
 Compression changes what a bucket sends: fp16/bf16 half the bytes plus the measured cast
 time; PowerSGD rank r sends (m + n) r values per m x n matrix in two all-reduces (P, then Q)
 and every other tensor uncompressed in a third, plus the measured matmul/QR time
@@ -103,6 +106,8 @@ def bucket_seconds(prof: dict[str, Any], members: list[int], n: int, link: Link,
 def step_time(prof: dict[str, Any], n: int, link: Link, compression: str = "none", overlap: bool = True) -> float:
     """Predicted seconds per step on ``n`` ranks."""
     compute = prof["forward"] + prof["backward"] + prof["optimizer"]
+    if n > 1:  # DDP's copies of the gradient into its buckets and back, on the rank's own core
+        compute += prof.get("ddp_copies", 0.0)
     end = 0.0
     total = 0.0
     for ready, members in buckets(prof):

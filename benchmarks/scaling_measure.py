@@ -6,6 +6,11 @@
   order and times DDP's buckets fill in), each gradient's bytes and shape, and the extra
   compute of compression (fp16 casts of the whole gradient; PowerSGD's matmuls, QR and
   error feedback on the model's own matrices).
+- ``concurrent_profile(rank, args)`` (on 2 or 4 ranks, no communication): the same compute
+  profile taken on every rank at once, steps started together, so that what the ranks of a
+  DDP run share (2 cores, memory bandwidth) slows it as it slows them; plus DDP's own copies
+  of the gradient (each gradient scaled into its bucket, the bucket copied back: torch DDP's
+  default, ``gradient_as_bucket_view=False``), timed the same way.
 - ``allreduce_curve(rank, args)`` (on 2 or 4 gloo ranks): median time of one all-reduce of
   float32 tensors from 4 KiB to 64 MiB.
 - ``ddp_steps(rank, args)`` (on 1, 2 or 4 gloo ranks): median step of torch DDP training
@@ -52,7 +57,10 @@ def build(name: str) -> tuple[nn.Module, torch.optim.Optimizer, Callable[[nn.Mod
         lambda m: nn.functional.cross_entropy(m(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
 
 
-def _one_profile(name: str, steps: int) -> dict[str, Any]:
+def _one_profile(name: str, steps: int, together: Callable[[], Any] = lambda: None,
+                 compression: bool = True) -> dict[str, Any]:
+    """Compute profile of ``name``; ``together()`` runs before every timed step (a barrier
+    when the ranks profile at once); ``compression``: also time compressing the gradient."""
     model, opt, loss_of = build(name)
     params = [p for p in model.parameters() if p.requires_grad]
     ready: dict[int, float] = {}
@@ -62,6 +70,7 @@ def _one_profile(name: str, steps: int) -> dict[str, Any]:
     ready_runs: list[list[float]] = []
     for step in range(steps + 3):
         opt.zero_grad(set_to_none=True)
+        together()
         t0 = time.perf_counter()
         loss = loss_of(model)
         t1 = time.perf_counter()
@@ -76,7 +85,25 @@ def _one_profile(name: str, steps: int) -> dict[str, Any]:
     return {**{k: statistics.median(v) for k, v in times.items()},
             "ready": [statistics.median(r[i] for r in ready_runs) for i in range(len(params))],
             "bytes": [p.numel() * p.element_size() for p in params], "shapes": [list(p.shape) for p in params],
-            "batch": BATCH[name], "compress": _compression_costs(params)}
+            "batch": BATCH[name], "compress": _compression_costs(params) if compression else {},
+            "ddp_copies": _ddp_copy_seconds([p.grad for p in params], together)}
+
+
+def _ddp_copy_seconds(grads: list[torch.Tensor], together: Callable[[], Any], repeat: int = 5) -> float:
+    """Median seconds of what torch DDP does to the gradients besides the all-reduce (its
+    default, without gradient_as_bucket_view): scale each into its bucket, copy the bucket back."""
+    bucket = torch.empty(sum(g.numel() for g in grads))
+    views = torch.split(bucket, [g.numel() for g in grads])
+    runs = []
+    for _ in range(repeat + 1):
+        together()
+        start = time.perf_counter()
+        for view, g in zip(views, grads):
+            torch.mul(g.reshape(-1), 0.5, out=view)
+        for view, g in zip(views, grads):
+            g.copy_(view.view_as(g))
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs[1:])
 
 
 def _compression_costs(params: list[nn.Parameter]) -> dict[str, float]:
@@ -113,6 +140,11 @@ def profile(rank: int, args: Any) -> dict[str, Any]:
     return {name: _one_profile(name, args.steps) for name in MODELS}
 
 
+def concurrent_profile(rank: int, args: Any) -> dict[str, Any]:
+    """Every rank profiles at once (steps started by a barrier); rank 0's profile."""
+    return {name: _one_profile(name, args.steps, dist.barrier, compression=False) for name in MODELS}
+
+
 def allreduce_curve(rank: int, args: Any) -> dict[int, float]:
     """Median seconds of one float32 all-reduce per size in bytes (sizes interleaved per repeat)."""
     sizes = [4096 * 4**k for k in range(8)]  # 4 KiB .. 64 MiB
@@ -145,3 +177,12 @@ def ddp_steps(rank: int, args: Any) -> dict[str, float]:
                 runs.append(time.perf_counter() - start)
         out[name] = statistics.median(runs)
     return out
+
+
+def one_round(rank: int, args: Any) -> dict[str, Any]:
+    """One round's measurements on this world size, back to back so that the machine's speed
+    (which drifts by tens of percent within minutes on this VM) is the same for all three:
+    the compute profile taken on every rank at once, the all-reduce curve, and DDP's steps."""
+    world = dist.get_world_size()
+    return {"profile": concurrent_profile(rank, args), "curve": allreduce_curve(rank, args) if world > 1 else None,
+            "ddp": ddp_steps(rank, args)}

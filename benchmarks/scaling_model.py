@@ -1,6 +1,6 @@
 """Data parallelism past this machine: a step-time model fed by measurements here, checked at 1, 2, 4 processes.
 
-Run: ``.venv/bin/python benchmarks/scaling_model.py [--rounds 3 --steps 8 --repeat 7]``
+Run: ``.venv/bin/python benchmarks/scaling_model.py [--rounds 3 --steps 16 --repeat 7]`` (7 min here)
 
 1. Measures (scaling_measure.py), 1 thread per process: each model's forward, backward and
    optimizer time at its per-rank batch with the time each gradient becomes ready (the
@@ -9,9 +9,13 @@ Run: ``.venv/bin/python benchmarks/scaling_model.py [--rounds 3 --steps 8 --repe
 2. Fits alpha + beta x bytes to the 2-rank curve (relative least squares) and reads it as a
    ring on this machine's loopback: per-hop latency alpha/2, bus bandwidth 1/beta.
 3. Checks the model (scaling_math.py) against torch DDP steps measured here on 1, 2 and 4
-   processes in interleaved rounds; 4 processes share 2 cores, so the model stretches
-   compute by processes/cores there. On loopback the all-reduce is CPU work on the same
-   cores, so the check uses the serial form (overlap shown beside it); target: within 15%.
+   processes in interleaved rounds. Each round measures, back to back in the same N
+   processes, the compute profile taken on all N at once (no communication: what N ranks
+   share here, 2 cores and memory bandwidth, slows it as it slows DDP), the all-reduce
+   curve and DDP's steps; the error is the median of the per-round errors, so that this
+   VM's drift in speed between minutes cancels. On loopback the all-reduce is CPU work
+   on the same cores, so the check uses the serial form (overlap shown beside it);
+   target: within 15%.
 4. Predicts step time and weak-scaling efficiency for N = 1 ... 1024 ranks on the links in
    scaling_math.LINKS, with and without compression (fp16, PowerSGD rank 4), assuming
    each rank computes as fast as one core here; prints tables and writes scaling_model.png.
@@ -20,7 +24,6 @@ Run: ``.venv/bin/python benchmarks/scaling_model.py [--rounds 3 --steps 8 --repe
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -29,10 +32,9 @@ import numpy as np
 
 from scaling_chart import chart  # benchmarks/ is on sys.path when a script here runs
 from scaling_math import COMPRESSIONS, LINKS, Link, efficiency, ring, step_time
-from scaling_measure import MODELS, RANKS, allreduce_curve, ddp_steps, profile
+from scaling_measure import MODELS, RANKS, one_round, profile
 from two_ranks import load_average, on_ranks
 
-CORES = os.cpu_count() or 1
 SHOWN = (2, 8, 64, 256, 1024)
 
 
@@ -45,23 +47,24 @@ def fit_loopback(curve: dict[int, float]) -> Link:
     return Link("loopback gloo (fitted)", max(float(intercept), 0.0) / 2, 1 / float(beta))
 
 
-def oversubscribed(prof: dict[str, Any], n: int) -> dict[str, Any]:
-    """``prof`` with compute stretched by n/cores when n processes share fewer cores."""
-    k = max(1.0, n / CORES)
-    return {**prof, "forward": prof["forward"] * k, "backward": prof["backward"] * k,
-            "optimizer": prof["optimizer"] * k, "ready": [t * k for t in prof["ready"]]}
-
-
-def check(profs: dict[str, Any], measured: dict[int, list[dict[str, float]]], link: Link) -> None:
-    print(f"\ncheck against DDP measured here ({len(measured[1])} interleaved rounds, median step):")
+def check(rounds: dict[int, list[dict[str, Any]]]) -> None:
+    """Prediction vs measurement at every N here, each from the same round's measurements
+    (``scaling_measure.one_round``; N = 4 uses the ring extrapolation of that round's 2-rank fit)."""
+    print(f"\ncheck against DDP measured here ({len(rounds[1])} interleaved rounds; medians over rounds, "
+          "error: median of the per-round errors):")
     print(f"{'model':<7} {'N':>2} {'measured':>10} {'serial model':>13} {'error':>7} {'overlap model':>14} {'error':>7}")
+    links = [fit_loopback(r["curve"]) for r in rounds[2]]
     for name in MODELS:
         for n in RANKS:
-            got = statistics.median(r[name] for r in measured[n])
-            prof = oversubscribed(profs[name], n)
-            serial, overlap = step_time(prof, n, link, overlap=False), step_time(prof, n, link, overlap=True)
-            print(f"{name:<7} {n:>2} {got * 1e3:8.1f} ms {serial * 1e3:10.1f} ms {serial / got - 1:+7.1%} "
-                  f"{overlap * 1e3:11.1f} ms {overlap / got - 1:+7.1%}")
+            got, serial, overlap = [], [], []
+            for r, link in zip(rounds[n], links):
+                got.append(r["ddp"][name])
+                serial.append(step_time(r["profile"][name], n, link, overlap=False))
+                overlap.append(step_time(r["profile"][name], n, link, overlap=True))
+            err_s = statistics.median(p / g - 1 for p, g in zip(serial, got))
+            err_o = statistics.median(p / g - 1 for p, g in zip(overlap, got))
+            print(f"{name:<7} {n:>2} {statistics.median(got) * 1e3:8.1f} ms {statistics.median(serial) * 1e3:10.1f} ms "
+                  f"{err_s:+7.1%} {statistics.median(overlap) * 1e3:11.1f} ms {err_o:+7.1%}")
 
 
 def projections(profs: dict[str, Any]) -> None:
@@ -72,7 +75,8 @@ def projections(profs: dict[str, Any]) -> None:
         print(f"\n{name}: {grad_mb:.2f} MB of gradients, {prof['batch']} samples per rank, one rank {one * 1e3:.1f} ms "
               f"per step ({(prof['forward'] + prof['backward']) / prof['batch'] * 1e3:.2f} ms compute per sample)")
         print(f"  measured: forward {prof['forward'] * 1e3:.1f} ms, backward {prof['backward'] * 1e3:.1f} ms, optimizer "
-              f"{prof['optimizer'] * 1e3:.1f} ms; compression compute per step: "
+              f"{prof['optimizer'] * 1e3:.1f} ms, DDP's gradient copies {prof['ddp_copies'] * 1e3:.1f} ms; "
+              "compression compute per step: "
               + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in prof["compress"].items()))
         print(f"{'link':<15} {'compression':<11} " + " ".join(f"{'N=' + str(n):>14}" for n in SHOWN))
         for link in LINKS:
@@ -85,27 +89,27 @@ def projections(profs: dict[str, Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per model and run (after 3 warm-up)")
+    parser.add_argument("--steps", type=int, default=16, help="timed steps per model and run (after 3 warm-up)")
     parser.add_argument("--repeat", type=int, default=7, help="all-reduce repeats per size")
     parser.add_argument("--chart", default=str(Path(__file__).with_name("scaling_model.png")))
     args = parser.parse_args()
     print(f"start: {load_average()}", flush=True)
     profs = on_ranks(profile, args, 1)
-    curves = {n: on_ranks(allreduce_curve, args, n) for n in (2, 4)}
-    measured: dict[int, list[dict[str, float]]] = {n: [] for n in RANKS}
+    rounds: dict[int, list[dict[str, Any]]] = {n: [] for n in RANKS}
     for r in range(args.rounds):
         for n in RANKS[r % len(RANKS):] + RANKS[: r % len(RANKS)]:
-            measured[n].append(on_ranks(ddp_steps, args, n))
-            print(f"round {r + 1}: {n} process(es) {measured[n][-1]}", flush=True)
+            rounds[n].append(on_ranks(one_round, args, n))
+            print(f"round {r + 1}: {n} process(es), DDP step {rounds[n][-1]['ddp']}", flush=True)
     print(f"end of measurements: {load_average()}")
+    curves = {n: rounds[n][-1]["curve"] for n in (2, 4)}
     link = fit_loopback(curves[2])
-    print(f"\nloopback gloo fit (2 ranks): alpha {link.alpha * 2e6:.0f} us per all-reduce, "
+    print(f"\nloopback gloo fit (2 ranks, last round): alpha {link.alpha * 2e6:.0f} us per all-reduce, "
           f"bus bandwidth {link.bandwidth / 1e9:.2f} GB/s")
     print(f"{'bytes':>10} {'2 ranks':>10} {'fit':>10} {'4 ranks':>10} {'ring from fit':>14}")
     for size, seconds in sorted(curves[2].items()):
         print(f"{size:>10} {seconds * 1e3:8.2f}ms {ring(size, 2, link) * 1e3:8.2f}ms {curves[4][size] * 1e3:8.2f}ms "
               f"{ring(size, 4, link) * 1e3:12.2f}ms")
-    check(profs, measured, link)
+    check(rounds)
     projections(profs)
     chart(profs, args.chart)
     print(f"\nchart: {args.chart}")
