@@ -24,7 +24,10 @@ this subclass changes these things, each found by reproducing failed restarts:
    the same place as in the previous attempt, and no checkpoint was saved in between, the
    remaining restarts are dropped (``restart_policy.py``; single-node jobs only, since the
    agents of other nodes could not learn of it and would wait in the next rendezvous).
-6. **A torn error file is set aside**, not a crash of the launcher: a worker SIGTERMed
+6. **A stopped worker does not delay the end**: once a worker fails, the others are sent
+   SIGCONT before torch's SIGTERM, which a SIGSTOPped process would hold for torch's 30 s
+   grace period.
+7. **A torn error file is set aside**, not a crash of the launcher: a worker SIGTERMed
    while writing its elastic error file leaves it cut off (seen once in CI, in a
    kill-during-checkpoint test), and torch's agent died parsing it.
 """
@@ -106,6 +109,7 @@ class RobustElasticAgent(LocalElasticAgent):
                 time.sleep(0.02)
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        self._wake_stopped_workers_if_one_failed()
         try:
             result = super()._monitor_workers(worker_group)
         except ValueError:  # json.JSONDecodeError: see _set_aside_torn_error_files
@@ -124,6 +128,19 @@ class RobustElasticAgent(LocalElasticAgent):
                 )
             self._apply_restart_policy()
         return result
+
+    def _wake_stopped_workers_if_one_failed(self) -> None:
+        """SIGCONT every worker once one has exited with an error. torch then SIGTERMs the rest
+        and waits 30 s before SIGKILL; a stopped (SIGSTOP, ^Z) worker cannot act on SIGTERM, so
+        a job with a stopped rank took 30 s longer to report its failure (or to restart)."""
+        pids = list(self._pcontext.pids().values()) if self._pcontext else []
+        if not any(_exit_status(pid) for pid in pids):
+            return
+        for pid in pids:  # workers lead their own process groups
+            try:
+                os.killpg(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _set_aside_torn_error_files(self) -> bool:
         """Rename every error file of this attempt that is not valid JSON to ``*.torn``; returns
@@ -166,6 +183,17 @@ class RobustElasticAgent(LocalElasticAgent):
         if reason is not None:
             self.gave_up = reason
             self._remaining_restarts = 0  # torch's run loop then stops the group and reports failure
+
+
+def _exit_status(pid: int) -> Optional[int]:
+    """The wait status of a worker that has exited and is not reaped yet (a zombie), else None
+    (still running, already reaped, or not Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # fields[0] is stat's field 3 (state); field 52, exit_code, is there since Linux 3.5.
+    return int(fields[49]) if fields[0] == "Z" and len(fields) > 49 else None
 
 
 def _live_members(pgid: int) -> bool:

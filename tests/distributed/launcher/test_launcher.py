@@ -83,7 +83,7 @@ def test_hung_rank_is_named_within_a_bounded_time(tmp_path, mode, diagnosis):
     proc = launch("--nproc_per_node=2", "--max_restarts=0", "--timeout=10", PROBE, str(tmp_path), mode, timeout=90)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
-    assert elapsed < 60, f"took {elapsed:.0f} s"
+    assert elapsed < 40, f"took {elapsed:.0f} s"  # a stopped rank is woken for the SIGTERM, not waited for 30 s
     assert diagnosis in proc.stdout + proc.stderr
 
 
