@@ -185,15 +185,21 @@ class RobustElasticAgent(LocalElasticAgent):
             self._remaining_restarts = 0  # torch's run loop then stops the group and reports failure
 
 
+def _stat_fields(stat: Path) -> Optional[list[str]]:
+    """The fields of a /proc/PID/stat after the command name: state, ppid, pgrp, ...; None
+    when the process is gone (or this is not Linux)."""
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _exit_status(pid: int) -> Optional[int]:
     """The wait status of a worker that has exited and is not reaped yet (a zombie), else None
     (still running, already reaped, or not Linux)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
     # fields[0] is stat's field 3 (state); field 52, exit_code, is there since Linux 3.5.
-    return int(fields[49]) if fields[0] == "Z" and len(fields) > 49 else None
+    return int(fields[49]) if fields and fields[0] == "Z" and len(fields) > 49 else None
 
 
 def _live_members(pgid: int) -> bool:
@@ -209,10 +215,7 @@ def _live_members(pgid: int) -> bool:
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+        fields = _stat_fields(entry / "stat")
+        if fields and int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
             return True
     return False
