@@ -122,8 +122,12 @@ def test_slurm_warning_signal_saves_requeues_and_ends_bitwise_equal(tmp_path):
 
 def _wait_until_gone(job_id: str, env: dict[str, str], timeout: float = 300) -> None:
     """Until the job has ended for good; a requeued job waits ~2 min (SLURM's hold on its
-    begin time): release it at once, as the scheduler would when that time comes."""
+    begin time): release it early, as the scheduler would when that time comes, but only
+    once the node is idle and the requeue is 2 s old. slurmd revokes the old credential at
+    the requeue and counts a new one made within the same second as revoked too, so a
+    release at once can kill the restart ("Job credential revoked"; a CI failure)."""
     deadline = time.monotonic() + timeout
+    pending_since: float | None = None
     while time.monotonic() < deadline:
         show = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=env, capture_output=True,
                               text=True).stdout
@@ -131,7 +135,11 @@ def _wait_until_gone(job_id: str, env: dict[str, str], timeout: float = 300) -> 
         if fields.get("JobState") in ENDED:
             return
         if fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime":
-            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, capture_output=True)
+            pending_since = pending_since or time.monotonic()
+            node = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout
+            if node.strip() == "idle" and time.monotonic() - pending_since >= 2.0:
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env,
+                               capture_output=True)
         time.sleep(0.5)
     raise AssertionError(f"SLURM job {job_id} has not ended after {timeout} s")
 
