@@ -20,11 +20,16 @@ differences are printed). Ratios are per-round medians against raw DDP. Writes p
 The trainer logs a metrics row every step here (logging.every_steps=1: its log times are
 its step stamps), one 16-byte all-reduce and one file append per step more than it does
 by default; checkpoints, progress bar and TensorBoard are off, as the peers have none.
+Before the rounds, neural_arch and benchmarks/ are byte-compiled (``precompile``): pip does
+that for the installed torch, Lightning and Accelerate, and Python does it for our editable
+install on a user's first run, but not where PYTHONDONTWRITEBYTECODE is set (as in this
+project's sandbox), where each of our processes would compile ~100 modules (~0.2 s) per start.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import shutil
 import subprocess
 import sys
@@ -73,6 +78,14 @@ def ensure_corpus(data: Path) -> None:
                     f"data.path={data / 'gpt_corpus'}", "--set", f"data.val_fraction={GPT_VAL_FRACTION}"], check=True)
 
 
+def precompile() -> None:
+    """Write the .pyc files of our package and of the benchmark scripts every command imports."""
+    root = Path(__file__).resolve().parent
+    for folder in (root.parent / "neural_arch", root):
+        if not compileall.compile_dir(str(folder), quiet=1):
+            raise RuntimeError(f"byte-compiling {folder} failed")
+
+
 def one_run(peer: str, workload: str, steps: int, data: Path, out: Path) -> Record:
     out.mkdir(parents=True)
     trainer_dir = out / "run" if peer.startswith("ours: neural-arch") else None
@@ -90,6 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     data = Path(args.data).resolve()
     ensure_corpus(data)
+    precompile()
     steps = {"mlp": args.mlp_steps, "gpt": args.gpt_steps}
     workloads = [args.only] if args.only else list(steps)
     print(f"start: {load_average()}", flush=True)
