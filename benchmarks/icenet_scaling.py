@@ -39,6 +39,13 @@ MODES = {"1 process x 1 thread": (1, 1, False), "1 process x 2 threads": (1, 2, 
 COMPILED = {"1 process x 1 thread, compiled": (1, 1, True), "2 processes x 1 thread, compiled": (2, 1, True)}
 ROW = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \[rank 0\] step (\d+) ")
 EVERY = 10  # logging.every_steps: one timestamped row per 10 steps
+GLOBAL_BATCH = 16  # configs/icenet.yaml's training.global_batch_size
+
+
+def create_data(path: Path) -> None:
+    """configs/icenet.yaml's synthetic sea-ice store at ``path`` (``neural-arch create-data``)."""
+    subprocess.run([sys.executable, "-m", "neural_arch.cli", "create-data", "--config", "configs/icenet.yaml",
+                    "--set", f"data.path={path}"], check=True, capture_output=True)
 
 
 def run(data: Path, out: Path, mode: tuple[int, int, bool], args: argparse.Namespace) -> dict[str, float]:
@@ -120,14 +127,13 @@ def main() -> None:
         return
     if args.warmup % EVERY or args.steps <= args.warmup:
         parser.error(f"--warmup must be a multiple of {EVERY} and below --steps")
-    args.batch = 16  # configs/icenet.yaml's training.global_batch_size
+    args.batch = GLOBAL_BATCH
     modes = {**MODES, **(COMPILED if args.compile else {})}
     load_before = os.getloadavg()
     results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "icenet.zarr"
-        subprocess.run([sys.executable, "-m", "neural_arch.cli", "create-data", "--config", "configs/icenet.yaml",
-                        "--set", f"data.path={data}"], check=True, capture_output=True)
+        create_data(data)
         for r in range(args.rounds):
             order = list(modes) if r % 2 == 0 else list(reversed(modes))
             for mode in order:

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,9 +35,8 @@ import torch.distributed as dist
 from neural_arch.apps.icenet.task import IceNetTask
 from neural_arch.distributed import DistributedSampler
 from neural_arch.training.config import load_config
-from two_ranks import on_ranks  # benchmarks/ is on sys.path when a script here runs
-
-GLOBAL_BATCH = 16  # configs/icenet.yaml's training.global_batch_size
+from icenet_scaling import GLOBAL_BATCH, create_data  # benchmarks/ is on sys.path when a script here runs
+from two_ranks import on_ranks
 
 
 def batches(task: IceNetTask, batch: int, rank: int, world: int, steps: int) -> list[dict[str, torch.Tensor]]:
@@ -121,8 +118,7 @@ def main() -> None:
     speedups = []
     with tempfile.TemporaryDirectory() as tmp:
         args.data = str(Path(tmp) / "icenet.zarr")
-        subprocess.run([sys.executable, "-m", "neural_arch.cli", "create-data", "--config", "configs/icenet.yaml",
-                        "--set", f"data.path={args.data}"], check=True, capture_output=True)
+        create_data(Path(args.data))
         for r in range(args.rounds):
             order = (1, 2) if r % 2 == 0 else (2, 1)
             got = {world: on_ranks(body, args, world=world) for world in order}
