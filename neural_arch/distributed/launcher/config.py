@@ -54,7 +54,7 @@ class LaunchConfig:
     shutdown_timeout: int = 5
     """Seconds a stopping worker gets after SIGTERM before SIGKILL."""
     rdzv_backend: Optional[str] = None
-    """None: automatic (one node: c10d on a free port; N nodes: static; MIN:MAX: c10d);
+    """None: automatic (one node: static on a free port; N nodes: static; MIN:MAX: c10d);
     ``"static"`` or ``"c10d"`` (nodes meet at master_addr:master_port, node ranks assigned)."""
     rdzv_conf: dict[str, str] = field(default_factory=dict)
     """More rendezvous settings (torchrun's --rdzv-conf), e.g. ``{"join_timeout": "900"}``."""

@@ -38,7 +38,7 @@ def _rendezvous(g: argparse._ArgumentGroup) -> None:
     add("--master-port", "--master_port", type=int, default=None,
         help="port on node 0 (None on one node: a free port chosen by the OS)")
     add("--rdzv-backend", "--rdzv_backend", default=None, choices=["static", "c10d", "etcd", "etcd-v2"],
-        help="None: automatic (one node: c10d on a free port; N nodes: static; MIN:MAX: c10d). "
+        help="None: automatic (one node: static on a free port; N nodes: static; MIN:MAX: c10d). "
              "c10d: nodes meet at --rdzv-endpoint and get their node rank from the rendezvous")
     add("--rdzv-endpoint", "--rdzv_endpoint", default="",
         help="HOST[:PORT] where nodes meet; sets --master-addr/--master-port (port default 29400)")

@@ -82,7 +82,8 @@ def _static_handler(params: RendezvousParameters, host: str, port: int, token: O
     # it), and the agents' rank assignment that follows waits for every node's keys anyway.
     store = serving_store(host, port, timeout) if rank == 0 else client_store(host, port, timeout)
     _check_job(store, token, host, port)
-    handler = StaticTCPRendezvous(host, port, rank, nodes, params.run_id, seconds)
+    # Port 0 (one node): the port the OS gave the store.
+    handler = StaticTCPRendezvous(host, store.port if rank == 0 else port, rank, nodes, params.run_id, seconds)
     handler._store = store  # torch makes its own store in next_rendezvous only when it has none
     return handler
 

@@ -68,8 +68,9 @@ def assert_loopback_only(tree: set[int], launcher: int) -> None:
     sockets = listening(tree)
     exposed = [s for s in sockets if not is_loopback(s[1])]
     assert not exposed, f"listening beyond loopback: {exposed} (all: {sockets})"
-    # The rendezvous, agent and per-attempt stores in the launcher; each worker's gloo listener.
-    assert sum(pid == launcher for pid, _, _ in sockets) >= 3, sockets
+    # One node: the rendezvous store and the attempt's store in the launcher (a c10d rendezvous
+    # would add torch's agent store); each worker's gloo listener.
+    assert sum(pid == launcher for pid, _, _ in sockets) >= 2, sockets
     assert len({pid for pid, _, _ in sockets} - {launcher}) >= 2, sockets
 
 
