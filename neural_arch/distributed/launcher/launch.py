@@ -77,15 +77,15 @@ class DistributedLauncher:
         # One node: the agent store the workers meet at is on loopback (torch: this host's FQDN).
         local_addr = c.local_addr or (LOOPBACK if c.max_nodes == 1 else None)
         extra = {"local_addr": local_addr, **c.rdzv_conf}
-        if c.max_nodes == 1 and c.master_port is None and c.rdzv_backend is None:
+        if c.max_nodes == 1 and c.master_port is None and c.rdzv_backend != "static":
+            # Port 0: the OS picks a free port atomically, so concurrent jobs never collide.
+            if c.rdzv_backend == "c10d":  # asked for by name
+                return RendezvousParameters(backend="c10d", endpoint=f"{LOOPBACK}:0", run_id=run_id,
+                                            min_nodes=1, max_nodes=1, **{"join_timeout": c.start_timeout, **extra})
             # One node meets nobody: a static store. torch's c10d rendezvous would first sleep
             # a random 0-0.3 s (to spread many nodes' joins), on every job's way to its first step.
-            # Port 0: the OS picks a free port atomically, so concurrent jobs never collide.
             return RendezvousParameters(backend="static", endpoint=f"{LOOPBACK}:0", run_id=run_id, min_nodes=1,
                                         max_nodes=1, rank=0, **{"timeout": c.start_timeout, **extra})
-        if c.max_nodes == 1 and c.master_port is None and c.rdzv_backend == "c10d":
-            return RendezvousParameters(backend="c10d", endpoint=f"{LOOPBACK}:0", run_id=run_id,
-                                        min_nodes=1, max_nodes=1, **{"join_timeout": c.start_timeout, **extra})
         if c.min_nodes != c.max_nodes or c.rdzv_backend == "c10d":  # nodes meet; node ranks are assigned
             return RendezvousParameters(
                 backend="c10d", endpoint=f"{c.master_addr}:{c.master_port}", run_id=run_id,
