@@ -27,6 +27,7 @@ from neural_arch.distributed.checkpoint import load_checkpoint, save_checkpoint
 from neural_arch.distributed.checkpoint.layout import step_name
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config, validate_config
+from neural_arch.training.heap import frozen_heap
 from neural_arch.training.registry import task_class
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
 from neural_arch.training.rng import seed_rank
@@ -87,7 +88,8 @@ def _train(cfg: Config, run_dir: Path, resume: Optional[str], on_step: Optional[
         forget_samples_after(run_dir, parts.step)  # steps past the checkpoint are trained again now
     record = LoopRecord(resumed_from=resumed, last_saved=resumed)
     # ---- loop: one global batch per optimizer step, epoch after epoch; a stop signal ends it saved
-    with StopSignals() as stop, Prefetcher(partial(step_inputs, parts), enabled=cfg.training.prefetch) as ahead:
+    with StopSignals() as stop, Prefetcher(partial(step_inputs, parts), enabled=cfg.training.prefetch) as ahead, \
+            frozen_heap():  # full GC passes skip set-up's objects (heap.py)
         while parts.step < cfg.training.steps:
             for batch in parts.sampler:
                 _one_step(parts, batch, ahead, record, report, run_dir)
