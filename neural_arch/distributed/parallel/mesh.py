@@ -17,6 +17,7 @@ from __future__ import annotations
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from neural_arch.distributed.parallel.layout import ParallelLayout, validate
+from neural_arch.distributed.runtime.gloo_threads import batch_gloo_io_threads
 from neural_arch.distributed.runtime.process_group import get_world_size
 
 MESH_DIMS: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "tp")
@@ -27,7 +28,9 @@ def build_mesh(layout: ParallelLayout, device_type: str = "cpu") -> DeviceMesh:
     """A ``DeviceMesh`` over the default process group with the layout's four named dims."""
     validate(layout, get_world_size())
     shape = tuple(getattr(layout, name) for name in MESH_DIMS)
-    return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
+    mesh = init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
+    batch_gloo_io_threads()  # the mesh's groups bring their own gloo I/O threads (gloo_threads.py)
+    return mesh
 
 
 def dp_mesh(mesh: DeviceMesh) -> DeviceMesh:

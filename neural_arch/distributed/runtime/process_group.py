@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
+from neural_arch.distributed.runtime.gloo_threads import batch_gloo_io_threads
 from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime import calls
 from neural_arch.distributed.runtime.heartbeat import explain_failed_teardown, start_heartbeat, stop_heartbeat
@@ -105,6 +106,7 @@ def init_process_group(
         )
         return
     _join_world(cluster, chosen, init_method, size, me, pg_timeout, device_id)
+    batch_gloo_io_threads()  # gloo's I/O thread must not preempt its worker (gloo_threads.py)
     calls.reset()  # every rank counts the script's collectives from here
     start_heartbeat(me, size)
 
