@@ -145,3 +145,37 @@ def _wait_until_gone(job_id: str, env: dict[str, str], timeout: float = 300) -> 
 
 
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def _agree_worker(rank: int, world_size: int) -> dict:
+    from neural_arch.distributed import init_process_group
+    from neural_arch.distributed.runtime import calls
+    from neural_arch.training import stop as stop_module
+
+    init_process_group(backend="gloo")
+    answers, signalled_at, begun = [], None, time.monotonic()
+    with stop_module.StopSignals() as stop:
+        for call in range(400):
+            time.sleep(0.005 if rank == 0 else 0.01)  # rank 1 is the slower: its pace sets the interval
+            if rank == 1 and call == 150:
+                stop.received, signalled_at = signal.SIGTERM, time.monotonic() - begun  # as _note does
+            answers.append(stop.agreed())
+            if answers[-1] is not None:
+                break
+    return {"answers": answers, "signalled_at": signalled_at, "stopped_at": time.monotonic() - begun,
+            "collectives": calls.progress()[0]}
+
+
+@pytest.mark.timeout(120)
+def test_ranks_agree_on_a_stop_at_the_same_step_within_the_check_interval():
+    from tests.helpers.multiproc import run_ranks
+    from neural_arch.training.stop import CHECK_SECONDS
+
+    zero, one = run_ranks(_agree_worker, 2)
+    # Both ranks see the signal at the same call, after rank 1 received it, and nothing before.
+    assert len(zero["answers"]) == len(one["answers"]) > 150
+    assert zero["answers"][-1] == one["answers"][-1] == signal.SIGTERM and not any(zero["answers"][:-1])
+    # Within about CHECK_SECONDS of the signal (plus a step and slack for a loaded machine) ...
+    assert one["stopped_at"] - one["signalled_at"] < CHECK_SECONDS + 1.0
+    # ... and with far fewer collectives than steps (one per call before this change).
+    assert zero["collectives"] < len(zero["answers"]) / 5, zero["collectives"]
