@@ -57,7 +57,7 @@ class StopSignals:
     def __init__(self) -> None:
         self.received: Optional[int] = None
         self._previous: dict[int, Any] = {}
-        self._interval = self._countdown = 1  # steps between agreements; the first follows step 1
+        self._interval, self._calls = 1, 0  # calls between agreements (the first follows step 1), calls since the last
         self._since = time.monotonic()
 
     def __enter__(self) -> "StopSignals":
@@ -76,24 +76,25 @@ class StopSignals:
         if signum != signal.SIGUSR1:  # a second Ctrl-C / SIGTERM acts at once, as usual
             signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
 
-    def agreed(self) -> Optional[int]:
+    def agreed(self, force: bool = False) -> Optional[int]:
         """The signal any rank received (the same answer on every rank), or None; call it after
         every step on every rank. Collective only on some calls: every rank counts the same calls
-        and computes the same interval, so they all agree at the same step."""
+        and computes the same interval, so they all agree at the same step. ``force`` (the same
+        on every rank) agrees now: after the last step, and after a step that validated or saved,
+        whose time the interval cannot have foreseen."""
         if nd.get_world_size() == 1:
             return self.received
-        self._countdown -= 1
-        if self._countdown > 0:
+        self._calls += 1
+        if self._calls < self._interval and not force:
             return None
         now = time.monotonic()
         flag = torch.tensor([float(self.received or 0), now - self._since], dtype=torch.float64)
         flag = nd.all_reduce(flag, op="max", check=False)
         # The slowest rank's seconds per step (the same number on every rank) set the next interval.
-        per_step = float(flag[1]) / self._interval
-        self._interval = self._countdown = max(1, int(CHECK_SECONDS / max(per_step, 1e-6)))
+        per_step = float(flag[1]) / self._calls
+        self._interval, self._calls = max(1, int(CHECK_SECONDS / max(per_step, 1e-6))), 0
         self._since = now
         return int(flag[0]) or None
-
 
 def requeue_if_asked(asked: bool, signum: int) -> None:
     """Rank 0: put this SLURM job back in the queue (``checkpoint.requeue_on_stop``), saying what happened."""

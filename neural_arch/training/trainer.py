@@ -95,7 +95,7 @@ def _train(cfg: Config, run_dir: Path, resume: Optional[str], on_step: Optional[
                 _one_step(parts, batch, ahead, record, report, run_dir)
                 if on_step is not None:
                     on_step(parts.step)
-                signum = stop.agreed()
+                signum = stop.agreed(force=_slow_or_last(cfg, parts.step))
                 if signum is not None:
                     _stop(parts, record, report, run_dir, signum)
                 if parts.step >= cfg.training.steps:
@@ -104,6 +104,13 @@ def _train(cfg: Config, run_dir: Path, resume: Optional[str], on_step: Optional[
                 parts.sampler.set_epoch(parts.sampler.epoch + 1)
     # ---- finish: final validation, last checkpoint, outputs
     return _finish(parts, record, report, run_dir)
+
+
+def _slow_or_last(cfg: Config, step: int) -> bool:
+    """Whether ``step`` was the last, or validated or saved a checkpoint (the same on every rank):
+    ranks then agree on stop signals at once, so none is lost at the end or delayed by a slow step."""
+    val, every = cfg.training.val_every, cfg.checkpoint.every_steps
+    return step >= cfg.training.steps or bool(val and step % val == 0) or bool(every and step % every == 0)
 
 
 def _claim_run_dir(cfg: Config) -> tuple[Optional[RunDirLock], Path]:

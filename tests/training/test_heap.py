@@ -31,6 +31,17 @@ def test_frozen_heap_freezes_what_exists_and_unfreezes_on_error():
     assert gc.get_freeze_count() == 0
 
 
+def test_a_callers_own_freeze_is_left_frozen():
+    gc.freeze()  # e.g. a host application that froze its objects before forking workers
+    try:
+        before = gc.get_freeze_count()
+        with frozen_heap():
+            made = [[i] for i in range(100)]
+        assert made and gc.get_freeze_count() >= before > 0
+    finally:
+        gc.unfreeze()
+
+
 def test_train_freezes_set_up_during_the_loop_only(tmp_path):
     counts: list[int] = []
     train(load_config(None, [*BASE, f"run.dir={tmp_path / 'ok'}"]), on_step=lambda step: counts.append(gc.get_freeze_count()))

@@ -162,8 +162,17 @@ def _agree_worker(rank: int, world_size: int) -> dict:
             answers.append(stop.agreed())
             if answers[-1] is not None:
                 break
-    return {"answers": answers, "signalled_at": signalled_at, "stopped_at": time.monotonic() - begun,
-            "collectives": calls.progress()[0]}
+    result = {"answers": answers, "signalled_at": signalled_at, "stopped_at": time.monotonic() - begun,
+              "collectives": calls.progress()[0]}
+    # A signal after the last agreement: the forced call (the trainer's last step) still sees it.
+    with stop_module.StopSignals() as late:
+        forced = []
+        for call in range(40):  # fast calls: the interval grows far past 40
+            if rank == 1 and call == 30:
+                late.received = signal.SIGTERM
+            forced.append(late.agreed(force=call == 35))
+    result["forced"] = forced
+    return result
 
 
 @pytest.mark.timeout(120)
@@ -179,3 +188,6 @@ def test_ranks_agree_on_a_stop_at_the_same_step_within_the_check_interval():
     assert one["stopped_at"] - one["signalled_at"] < CHECK_SECONDS + 1.0
     # ... and with far fewer collectives than steps (one per call before this change).
     assert zero["collectives"] < len(zero["answers"]) / 5, zero["collectives"]
+    # The forced agreement (same call on every rank) reports the late signal on both ranks.
+    for got in (zero["forced"], one["forced"]):
+        assert got[35] == signal.SIGTERM and not any(got[30:35]), got

@@ -29,10 +29,14 @@ IO_THREAD = "gloo_tcp_loop"
 def batch_gloo_io_threads() -> int:
     """Put every gloo I/O thread of this process under ``SCHED_BATCH``; returns how many are
     now (threads already there count). Safe to call again: new groups bring new threads."""
-    if not hasattr(os, "sched_setscheduler") or not Path("/proc/self/task").is_dir():
+    if not hasattr(os, "sched_setscheduler") or not hasattr(os, "SCHED_BATCH"):
+        return 0
+    try:
+        tids = io_thread_ids()
+    except OSError:  # no /proc, or a hardened one: keep torch's default
         return 0
     done = 0
-    for tid in io_thread_ids():
+    for tid in tids:
         try:
             if os.sched_getscheduler(tid) != os.SCHED_BATCH:
                 os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))

@@ -9,6 +9,7 @@ start, and collectives still give the exact sum. Linux only (the policy lives in
 
 import os
 import sys
+import threading
 
 import pytest
 import torch
@@ -19,8 +20,26 @@ from neural_arch.distributed.parallel.mesh import build_mesh
 from neural_arch.distributed.runtime.gloo_threads import batch_gloo_io_threads, io_thread_ids
 from tests.helpers.multiproc import run_ranks
 
-pytestmark = [pytest.mark.multiprocess,
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread policies are read from /proc")]
+
+
+def _batch_refused() -> str:
+    """Why this machine cannot put a thread under SCHED_BATCH (a container may forbid it), or ''."""
+    if not sys.platform.startswith("linux"):
+        return "thread policies are read from /proc (Linux only)"
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait)
+    thread.start()
+    try:
+        os.sched_setscheduler(thread.native_id, os.SCHED_BATCH, os.sched_param(0))
+        return ""
+    except PermissionError as exc:
+        return f"this machine refuses SCHED_BATCH: {exc}"
+    finally:
+        done.set()
+        thread.join()
+
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.skipif(bool(_batch_refused()), reason=_batch_refused() or "-")]
 
 
 def policies() -> list[int]:
