@@ -4,8 +4,8 @@ Used by trainer.py: ``with StopSignals() as stop:`` around the loop, ``stop.agre
 every step. A signal only sets a flag; the loop finishes the step in progress, all ranks
 agree that one of them was signalled (a 1-element all-reduce about every ``CHECK_SECONDS``,
 on the same step on every rank, so they stop together and nobody waits in a collective the
-others left), write a checkpoint and leave with ``TrainingStopped``. The command line prints how to continue and exits
-128 + the signal's number, as a shell reports a process killed by it.
+others left), write a checkpoint and leave with ``TrainingStopped``. The command line prints
+how to continue and exits 128 + the signal's number, as a shell reports a process killed by it.
 
 Where the signals come from: Ctrl-C (SIGINT) in a terminal; our launcher, torchrun or a
 scheduler stopping the workers (SIGTERM); SLURM warning a job before its time limit or a
@@ -95,6 +95,7 @@ class StopSignals:
         self._interval, self._calls = max(1, int(CHECK_SECONDS / max(per_step, 1e-6))), 0
         self._since = now
         return int(flag[0]) or None
+
 
 def requeue_if_asked(asked: bool, signum: int) -> None:
     """Rank 0: put this SLURM job back in the queue (``checkpoint.requeue_on_stop``), saying what happened."""

@@ -21,7 +21,6 @@ from neural_arch.distributed.runtime.gloo_threads import batch_gloo_io_threads, 
 from tests.helpers.multiproc import run_ranks
 
 
-
 def _batch_refused() -> str:
     """Why this machine cannot put a thread under SCHED_BATCH (a container may forbid it), or ''."""
     if not sys.platform.startswith("linux"):
@@ -39,7 +38,8 @@ def _batch_refused() -> str:
         thread.join()
 
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.skipif(bool(_batch_refused()), reason=_batch_refused() or "-")]
+REFUSED = _batch_refused()
+pytestmark = [pytest.mark.multiprocess, pytest.mark.skipif(bool(REFUSED), reason=REFUSED or "-")]
 
 
 def policies() -> list[int]:
@@ -63,4 +63,3 @@ def test_every_gloo_io_thread_is_batch_after_init_and_after_a_mesh():
         assert len(got["mesh"]) > len(got["init"]) and set(got["mesh"]) == {os.SCHED_BATCH}, (rank, got["mesh"])
         assert got["again"] == len(got["mesh"])  # idempotent: counts the threads already set
         assert got["sum"] == [0.0, 3.0, 6.0, 9.0] and got["group_sum"] == [3.0, 3.0, 3.0]
-
