@@ -6,11 +6,15 @@ Run: ``.venv/bin/python benchmarks/compression.py [--rounds 7 --steps 20 --batch
      ``.venv/bin/python benchmarks/compression.py --overhead``  (the compression work alone:
      one process, where nothing is sent, with and without ``gradient_as_bucket_view``)
      ``--cpu-bind none`` leaves the ranks to the OS (default: a core each, as our launcher binds them)
+     ``--link-gbit 10`` limits the exchange as if each rank's host had a 10 Gb/s link (shaped_link.py)
 
 Every setting trains its own copy of the same MLP (64 -> 2048 -> 2048 -> 2048 -> 10, 8.55 M
 parameters, 34 MB of fp32 gradients per step) from the same initial weights on the same
 global batches (a fixed teacher labels Gaussian inputs; each rank takes every second row).
-Raw ``torch.nn.parallel.DistributedDataParallel`` is the exact run. Each round times
+Raw ``torch.nn.parallel.DistributedDataParallel`` (torch's defaults) is the exact run, and the
+baseline of every ratio; it is also run with ``gradient_as_bucket_view=True``, which our trainer
+sets and the compressed settings use here (the trainer's way), so the part of their gain that is
+not compression shows. Each round times
 ``--steps`` steps of every setting, in an order rotated per round so drift hits all alike;
 per-step times are taken on rank 0 between barriers. Prints samples/s per setting, the
 median of per-round ratios against raw DDP, and the loss of each final model on a held-out
@@ -29,16 +33,19 @@ from torch import nn
 
 from neural_arch.distributed import DistributedDataParallel
 from neural_arch.distributed.data_parallel.compression import Compression, attach
-from two_ranks import load_average, on_ranks, on_two_ranks  # benchmarks/ is on sys.path when a script here runs
+from shaped_link import add_link_option, describe, rerun_on_shaped_link  # benchmarks/ is on sys.path here
+from two_ranks import load_average, on_ranks, on_two_ranks
 
-SETTINGS = {"raw DDP (exact)": None, "fp16": Compression("fp16"), "bf16": Compression("bf16"),
+VIEW = "raw DDP, bucket view"
+"""Exact: torch DDP with ``gradient_as_bucket_view=True`` (no copies between gradients and buckets)."""
+SETTINGS = {"raw DDP (exact)": None, VIEW: None, "fp16": Compression("fp16"), "bf16": Compression("bf16"),
             "powersgd rank 1": Compression("powersgd", powersgd_rank=1),
             "powersgd rank 2": Compression("powersgd", powersgd_rank=2),
             "powersgd rank 4": Compression("powersgd", powersgd_rank=4)}
 IN, OUT = 64, 10
 BOUND = "no communication"
-"""Not a training setting: every rank keeps its own gradient (a hook that sends nothing). The
-fastest any compression could be; its loss is not comparable."""
+"""Not a training setting: every rank keeps its own gradient (a hook that sends nothing; bucket
+view on). The fastest any compression could be; its loss is not comparable."""
 
 
 def keep_local(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -62,11 +69,11 @@ def global_batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def wrap(name: str, setting: Compression | None) -> nn.Module:
     if setting is None:
-        ddp = nn.parallel.DistributedDataParallel(make_model())
+        ddp = nn.parallel.DistributedDataParallel(make_model(), gradient_as_bucket_view=name in (VIEW, BOUND))
         if name == BOUND:
             ddp.register_comm_hook(None, keep_local)
         return ddp
-    return DistributedDataParallel(make_model(), compression=setting)
+    return DistributedDataParallel(make_model(), compression=setting, gradient_as_bucket_view=True)
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, first: int, steps: int, batch: int) -> float:
@@ -143,14 +150,14 @@ def report(result: dict, args: argparse.Namespace) -> None:
     base = "raw DDP (exact)"
     params = sum(p.numel() for p in make_model().parameters())
     print(f"model: MLP {params / 1e6:.2f} M params ({params * 4 / 1e6:.1f} MB fp32 gradients), batch {args.batch}/rank, "
-          f"2 ranks gloo, 1 thread each, cpu-bind {args.cpu_bind}; {args.rounds} rounds x {args.steps} steps after a warm-up round; "
+          f"2 ranks gloo, 1 thread each, cpu-bind {args.cpu_bind}, {describe(args.link_gbit)}; {args.rounds} rounds x {args.steps} steps after a warm-up round; "
           f"{result['steps'][base]} steps per setting; {load_average()}")
-    print(f"{'setting':<18} {'median step':>12} {'samples/s':>10} {'x raw DDP':>10} {'held-out loss':>14} {'vs exact':>9}")
+    print(f"{'setting':<22} {'median step':>12} {'samples/s':>10} {'x raw DDP':>10} {'held-out loss':>14} {'vs exact':>9}")
     for name in times:
         step = statistics.median(times[name])
         ratio = statistics.median(b / t for b, t in zip(times[base], times[name]))
         rel = f"{losses[name] / losses[base] - 1:+8.2%}" if name != BOUND else "     n/a"
-        print(f"{name:<18} {step * 1e3:9.1f} ms {2 * args.batch / step:10.1f} {ratio:9.2f}x {losses[name]:14.4f} {rel}")
+        print(f"{name:<22} {step * 1e3:9.1f} ms {2 * args.batch / step:10.1f} {ratio:9.2f}x {losses[name]:14.4f} {rel}")
 
 
 def main() -> None:
@@ -163,7 +170,9 @@ def main() -> None:
     parser.add_argument("--overhead", action="store_true", help="time the compression work in one process")
     parser.add_argument("--cpu-bind", choices=["auto", "none"], default="auto",
                         help="auto: each rank its own core, as our launcher binds them; none: the OS places them")
+    add_link_option(parser)
     args = parser.parse_args()
+    rerun_on_shaped_link(args)
     if args.overhead:
         for name, seconds in on_ranks(overhead, args, world=1).items():
             print(f"{name:<45} {seconds * 1e3:8.1f} ms")

@@ -11,9 +11,10 @@ less communication, so N ranks no longer compute what one process would.
   on any build without CUDA + NCCL >= 2.10 (a check on the hook's *name* in
   ``DistributedDataParallel._check_comm_hook``, torch 2.13), although gloo sums bfloat16
   tensors correctly; ``bf16_hook`` below is that cast under another name, used on both.
-- ``powersgd``: torch's ``powerSGD_hook`` (rank-r approximation with error feedback and warm
-  start, plain all-reduce for the first ``powersgd_warmup_steps`` steps). Its state
-  (``powersgd.py``) is saved with the checkpoint so a resumed run is the same compressed run.
+- ``powersgd``: rank-r approximation with error feedback and warm start (``low_rank.py``:
+  our own step; torch's ``powerSGD_hook`` cost 2-3x as much on CPU), plain all-reduce for the
+  first ``powersgd_warmup_steps`` steps. Its state (``powersgd.py``) is saved with the
+  checkpoint so a resumed run is the same compressed run.
 """
 
 # No "from __future__ import annotations": DDP compares a hook's annotations with the real
@@ -82,12 +83,6 @@ def attach(ddp: torch.nn.parallel.DistributedDataParallel, module: torch.nn.Modu
     elif settings.compression == "bf16":
         ddp.register_comm_hook(None, bf16_hook)
     elif settings.compression == "powersgd":
-        on_cpu = all(p.device.type == "cpu" for p in module.parameters())
-        if on_cpu and torch.cuda.is_available():
-            # torch 2.11-2.13's powerSGD_hook calls torch.cuda.synchronize(bucket device) whenever CUDA exists.
-            raise ValueError("ddp.compression=powersgd with the model on the CPU of a machine with CUDA: torch's "
-                             "PowerSGD hook then fails (it synchronises CUDA on a CPU device); train on the GPUs "
-                             "(training.backend=nccl), hide them (CUDA_VISIBLE_DEVICES=), or use bf16/fp16")
         compressor = PowerSGDCompressor(module, settings.powersgd_rank, settings.powersgd_warmup_steps, bucket_mb)
         ddp.register_comm_hook(compressor, powersgd_hook)
         return compressor

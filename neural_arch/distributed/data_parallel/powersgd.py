@@ -1,15 +1,17 @@
-"""torch's PowerSGD hook, made safe on gloo and resumable bit for bit.
+"""PowerSGD for ``DistributedDataParallel``, on gloo and NCCL, resumable bit for bit.
 
 Use: through ``compression.attach`` (``ddp.compression: powersgd``); the trainer saves
 ``compressor.checkpoint_state()`` (a collective: every rank's error feedback is gathered to
 rank 0) and calls ``compressor.load_state(state)`` on resume.
 
-Three things torch's ``powerSGD_hook`` + ``PowerSGDState`` leave to the caller:
-- gloo: the hook issues its P and Q all-reduces from future callbacks, which run on gloo's
-  worker threads; with two buckets in flight the ranks enqueue them in different orders and
-  gloo aborts ("Received data size doesn't match expected size"). On gloo each compressed
-  bucket is therefore finished before the hook returns (communication is small by then).
-- saving: the state (iteration, numpy RNG, P/Q memories, per-rank error feedback) is written
+The step itself is ``low_rank.compress``. What this file adds around it:
+- warm-up: the first ``warmup`` backward passes average exactly (DDP settles its buckets
+  after the first one); the step counter advances on each backward's last bucket.
+- gloo: a compressed bucket is finished inside the hook (its two all-reduces are issued from
+  DDP's autograd thread, in bucket order on every rank; collectives issued from future
+  callbacks run on gloo's worker threads, where two buckets in flight can reach the ranks in
+  different orders and gloo aborts with "Received data size doesn't match expected size").
+- saving: the state (step, per-bucket Q, per-rank error feedback, bucket layout) is written
   as plain tensors and numbers, so checkpoints still load with ``weights_only=True``.
 - resuming: the state is keyed by DDP bucket index, but a fresh DDP runs its first backward
   with all parameters in one bucket and only then rebuilds the buckets (in the order the
@@ -25,43 +27,51 @@ state is then reset (plain all-reduce for ``warmup`` steps, then compression afr
 # No "from __future__ import annotations": DDP checks the hook's annotations against real types.
 from typing import Any, Optional
 
-import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
+
+from neural_arch.distributed.data_parallel.low_rank import Memory, compress, first_memory, plan_bucket
+
+FORMAT = 2
+"""Version of ``checkpoint_state()``; 1 (no ``format`` key) held torch's ``PowerSGDState``."""
 
 
 class PowerSGDCompressor:
-    """A ``PowerSGDState`` plus the bucket layout it belongs to (parameter positions per bucket)."""
+    """Per-bucket PowerSGD memory, the step counter and the bucket layout they belong to."""
 
     def __init__(self, module: torch.nn.Module, rank: int, warmup: int, bucket_mb: float) -> None:
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.position = {p.data_ptr(): i for i, p in enumerate(self.params)}
         self.rank, self.warmup, self.bucket_mb = rank, warmup, float(bucket_mb)
-        self.state = self._fresh()
+        self.iter = 0
+        """Backward passes so far; compression starts when it reaches ``warmup``."""
+        self.memory: dict[int, Memory] = {}
         self.layout: dict[int, list[int]] = {}
         """Bucket index -> positions (in ``module.parameters()``) of its parameters, in bucket order."""
-
-    def _fresh(self) -> PowerSGDState:
-        # min_compression_rate=2 (torch's default): small or thin tensors go uncompressed.
-        return PowerSGDState(process_group=None, matrix_approximation_rank=self.rank,
-                             start_powerSGD_iter=self.warmup, use_error_feedback=True, warm_start=True, random_seed=0)
-
-    @property
-    def gloo(self) -> bool:
-        return dist.get_backend() == "gloo"
 
     def positions(self, bucket: Any) -> list[int]:
         return [self.position[p.data_ptr()] for p in bucket.parameters()]
 
     def has_memory(self) -> bool:
-        return bool(self.state.error_dict or self.state.p_memory_dict)
+        return bool(self.memory)
 
     def run(self, bucket: Any) -> torch.futures.Future:
-        """torch's hook on one bucket; on gloo a compressed bucket is finished before returning."""
-        compressing = self.state.iter >= self.state.start_powerSGD_iter
-        fut = powerSGD_hook(self.state, bucket)
-        return _done(fut.wait()) if compressing and self.gloo else fut
+        """Average ``bucket``: exactly during warm-up, else compressed (finished before returning)."""
+        buffer, grads, index = bucket.buffer(), bucket.gradients(), bucket.index()
+        world = dist.get_world_size()
+        plan = plan_bucket(grads, self.rank) if self.iter >= self.warmup else None
+        if plan is None or not plan.matrices:
+            fut = dist.all_reduce(buffer.div_(world), async_op=True).get_future().then(lambda f: f.value()[0])
+        else:
+            memory = self.memory.get(index)
+            if memory is None or memory.error.numel() != plan.error_size:
+                memory = first_memory(plan, index, buffer)
+            compress(grads, plan, memory, world, None)
+            self.memory[index] = memory
+            fut = _done(buffer)
+        if bucket.is_last():
+            self.iter += 1
+        return fut
 
     def run_split(self, bucket: Any, found: list[int]) -> torch.futures.Future:
         """The first backward after a restart: compress each saved bucket inside ``bucket`` on its own."""
@@ -78,24 +88,19 @@ class PowerSGDCompressor:
             members = [grads[q] for q in self.layout[index]]
             flat = torch.cat([g.reshape(-1) for g in members])
             views = [v.view_as(g) for v, g in zip(flat.split([g.numel() for g in members]), members)]
-            powerSGD_hook(self.state, _SavedBucket(flat, views, index, index == last)).wait()
+            self.run(_SavedBucket(flat, views, index, index == last)).wait()
             for g, v in zip(members, views):
                 g.copy_(v)
         return _done(bucket.buffer())
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Plain tensors and numbers; ``error`` holds every rank's error feedback on rank 0 (a collective)."""
-        s = self.state
-        _, keys, pos, has_gauss, cached = s.rng.get_state()
         return {
-            "iter": int(s.iter), "rank": self.rank, "bucket_mb": self.bucket_mb, "world_size": dist.get_world_size(),
-            "numel": sum(p.numel() for p in self.params),
+            "format": FORMAT, "iter": int(self.iter), "rank": self.rank, "bucket_mb": self.bucket_mb,
+            "world_size": dist.get_world_size(), "numel": sum(p.numel() for p in self.params),
             "layout": {i: torch.tensor(v, dtype=torch.long) for i, v in self.layout.items()},
-            "p": {i: t.detach().cpu().clone() for i, t in s.p_memory_dict.items()},
-            "q": {i: t.detach().cpu().clone() for i, t in s.q_memory_dict.items()},
-            "rng": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
-                    "cached": float(cached)},
-            "error": _gather({i: s.error_dict[i] for i in sorted(s.error_dict)}),
+            "q": {i: m.q.detach().cpu().clone() for i, m in self.memory.items()},
+            "error": _gather({i: self.memory[i].error for i in sorted(self.memory)}),
         }
 
     def load_state(self, saved: dict[str, Any]) -> Optional[str]:
@@ -103,19 +108,17 @@ class PowerSGDCompressor:
         here = {"rank": self.rank, "bucket_mb": self.bucket_mb, "world_size": dist.get_world_size(),
                 "numel": sum(p.numel() for p in self.params)}
         changed = {k: (saved.get(k), v) for k, v in here.items() if saved.get(k) != v}
-        self.state, self.layout = self._fresh(), {}
-        if changed:
+        self.iter, self.memory, self.layout = 0, {}, {}
+        if changed or saved.get("format") != FORMAT:
             what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
-            why = f"does not fit this run ({what})" if saved else "is missing (saved with another ddp.compression)"
+            why = (f"does not fit this run ({what})" if changed else "was written by an earlier version of neural_arch"
+                   ) if saved else "is missing (saved with another ddp.compression)"
             return (f"ddp.compression=powersgd: the checkpoint's PowerSGD state {why}; error feedback restarts: "
                     f"plain all-reduce for {self.warmup} steps, then PowerSGD afresh")
         device = self.params[0].device
-        s, rng = self.state, saved["rng"]
-        s.iter = int(saved["iter"])
-        s.rng.set_state(("MT19937", rng["keys"].numpy().astype(np.uint32), rng["pos"], rng["has_gauss"], rng["cached"]))
-        s.p_memory_dict = {int(i): t.to(device) for i, t in saved["p"].items()}
-        s.q_memory_dict = {int(i): t.to(device) for i, t in saved["q"].items()}
-        s.error_dict = {int(i): t.to(device) for i, t in saved["error"][dist.get_rank()].items()}
+        errors = saved["error"][dist.get_rank()]
+        self.iter = int(saved["iter"])
+        self.memory = {int(i): Memory(error=errors[i].to(device), q=q.to(device)) for i, q in saved["q"].items()}
         self.layout = {int(i): t.tolist() for i, t in saved["layout"].items()}
         return None
 

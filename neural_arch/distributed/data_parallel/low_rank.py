@@ -1,0 +1,140 @@
+"""One PowerSGD step on one DDP bucket: rank-r compression with error feedback and warm start.
+
+Use: ``PowerSGDCompressor`` (powersgd.py) calls ``plan_bucket`` once per bucket layout and
+``compress(grads, plan, memory, world, group)`` on every compressed step; the gradients (views
+of the bucket's flat buffer) then hold the compressed average, the same on every rank.
+
+For each gradient matrix of the bucket (a weight viewed as rows x cols), with M_i = rank i's
+gradient + its error feedback, Q the previous step's Q (warm start) and W ranks:
+    P = sum_i M_i Q            one all-reduce, together with the bucket's exact tensors
+    P <- orthonormal columns   (modified Gram-Schmidt)
+    Q = sum_i M_i^T P / W      one all-reduce
+    gradient = P Q^T           the mean of the M_i projected onto span(P): one power iteration
+    error_i  = M_i - P Q^T     what rank i's gradient lost this step; added back next step
+Vectors (biases, norms) and matrices too thin to gain ((rows + cols) * r * 2 >= rows * cols)
+are all-reduced exactly. P and Q are computed in their transposed (r x n) forms: on CPU a
+matrix product with r output rows reads M once at memory speed, r output columns did not
+(2048 x 2048, r=2: 0.7 ms against 1.7 ms).
+
+This replaces torch's ``powerSGD_hook``, which on this machine's CPU cost 2-3x as much
+(it divides, clones and subtracts the whole bucket, and keeps error feedback for the exact
+tensors too): per compressed 2048 x 2048 matrix it reads M twice for the two products and
+makes one pass each to add the error, to write the new error and to write the gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A gradient compressed as a rows x cols matrix at ``rank``; ``index`` in the bucket's gradient list."""
+
+    index: int
+    rows: int
+    cols: int
+    rank: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which of a bucket's gradients are compressed and which are sent exactly."""
+
+    matrices: tuple[Matrix, ...]
+    exact: tuple[int, ...]
+
+    @property
+    def error_size(self) -> int:
+        return sum(m.rows * m.cols for m in self.matrices)
+
+    @property
+    def q_size(self) -> int:
+        return sum(m.rank * m.cols for m in self.matrices)
+
+
+@dataclass
+class Memory:
+    """What one bucket carries from step to step on one rank."""
+
+    error: torch.Tensor
+    """This rank's error feedback: every compressed matrix, flat, in plan order."""
+    q: torch.Tensor
+    """The last Q^T of every compressed matrix, flat (the same on every rank): the next step's start."""
+
+
+def plan_bucket(grads: Sequence[torch.Tensor], rank: int) -> Plan:
+    """Compress a gradient with >= 2 dimensions when its rank-``rank`` factors are under half its size."""
+    matrices, exact = [], []
+    for i, g in enumerate(grads):
+        rows = g.shape[0] if g.dim() > 1 else 0
+        cols = g.numel() // rows if rows else 0
+        r = min(rank, rows, cols)
+        if rows and (rows + cols) * r * 2 < rows * cols:
+            matrices.append(Matrix(i, rows, cols, r))
+        else:
+            exact.append(i)
+    return Plan(tuple(matrices), tuple(exact))
+
+
+def first_memory(plan: Plan, bucket_index: int, like: torch.Tensor) -> Memory:
+    """Zero error and a Gaussian Q drawn from a seed fixed by the bucket and matrix: equal on every
+    rank without a broadcast, and the same in a rerun."""
+    parts = []
+    for k, m in enumerate(plan.matrices):
+        gen = torch.Generator().manual_seed(1_000_003 * (bucket_index + 1) + k)
+        parts.append(torch.randn(m.rank * m.cols, generator=gen, dtype=like.dtype).to(like.device))
+    q = torch.cat(parts) if parts else like.new_zeros(0)
+    return Memory(error=like.new_zeros(plan.error_size), q=q)
+
+
+def _split(flat: torch.Tensor, shapes: Sequence[tuple[int, int]]) -> list[torch.Tensor]:
+    return [part.view(shape) for part, shape in zip(flat.split([a * b for a, b in shapes]), shapes)]
+
+
+def orthonormalize_rows(rows: torch.Tensor) -> None:
+    """Modified Gram-Schmidt on the rows of an r x n matrix, in place; a zero row stays zero."""
+    tiny = torch.finfo(rows.dtype).tiny
+    for i in range(rows.shape[0]):
+        row = rows[i]
+        for j in range(i):
+            row.sub_(torch.dot(row, rows[j]) * rows[j])
+        row.div_(row.norm().clamp_min(tiny))
+
+
+def compress(grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: int,
+             group: Optional[dist.ProcessGroup]) -> None:
+    """One step on one bucket, in place: ``grads`` end as the compressed average, ``memory`` as the next step's."""
+    mats = [grads[m.index].view(m.rows, m.cols) for m in plan.matrices]
+    errors = _split(memory.error, [(m.rows, m.cols) for m in plan.matrices])
+    q_old = _split(memory.q, [(m.rank, m.cols) for m in plan.matrices])
+    exact = [grads[i] for i in plan.exact]
+    n_exact = sum(g.numel() for g in exact)
+    like = mats[0] if mats else grads[0]
+    send = like.new_empty(n_exact + sum(m.rank * m.rows for m in plan.matrices))
+    if exact:
+        torch.cat([g.reshape(-1) for g in exact], out=send[:n_exact])
+    p = _split(send[n_exact:], [(m.rank, m.rows) for m in plan.matrices])
+    for mat, err, qt, pt in zip(mats, errors, q_old, p):
+        mat.add_(err)
+        torch.mm(qt, mat.t(), out=pt)  # P^T = Q^T M^T
+    dist.all_reduce(send, group=group)
+    if exact:
+        send[:n_exact].div_(world)
+        for g, part in zip(exact, send[:n_exact].split([g.numel() for g in exact])):
+            g.copy_(part.view_as(g))
+    q_new = like.new_empty(plan.q_size)
+    qs = _split(q_new, [(m.rank, m.cols) for m in plan.matrices])
+    for mat, pt, qt in zip(mats, p, qs):
+        orthonormalize_rows(pt)
+        torch.mm(pt, mat, out=qt)  # Q^T = P^T M
+    dist.all_reduce(q_new, group=group)
+    q_new.div_(world)
+    for mat, err, pt, qt in zip(mats, errors, p, qs):
+        torch.addmm(mat, pt.t(), qt, alpha=-1, out=err)  # error = M - P Q^T
+        torch.mm(pt.t(), qt, out=mat)  # the gradient: P Q^T
+    memory.q = q_new
