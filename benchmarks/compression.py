@@ -30,6 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
 from neural_arch.distributed import DistributedDataParallel
 from neural_arch.distributed.data_parallel.compression import Compression, attach
@@ -41,11 +42,24 @@ VIEW = "raw DDP, bucket view"
 SETTINGS = {"raw DDP (exact)": None, VIEW: None, "fp16": Compression("fp16"), "bf16": Compression("bf16"),
             "powersgd rank 1": Compression("powersgd", powersgd_rank=1),
             "powersgd rank 2": Compression("powersgd", powersgd_rank=2),
+            "torch's PowerSGD r2": None,
             "powersgd rank 4": Compression("powersgd", powersgd_rank=4)}
 IN, OUT = 64, 10
 BOUND = "no communication"
 """Not a training setting: every rank keeps its own gradient (a hook that sends nothing; bucket
 view on). The fastest any compression could be; its loss is not comparable."""
+
+
+TORCH_POWERSGD = "torch's PowerSGD r2"
+"""torch's ``powerSGD_hook`` (rank 2, warm-up 10, error feedback, warm start), each bucket finished
+inside the hook as ``ddp.compression: powersgd`` used it until commit c017ac3 (gloo otherwise can
+receive two buckets' P and Q all-reduces in different orders on the two ranks); bucket view on."""
+
+
+def torch_powersgd(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(powerSGD_hook(state, bucket).wait())
+    return fut
 
 
 def keep_local(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -69,9 +83,11 @@ def global_batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def wrap(name: str, setting: Compression | None) -> nn.Module:
     if setting is None:
-        ddp = nn.parallel.DistributedDataParallel(make_model(), gradient_as_bucket_view=name in (VIEW, BOUND))
+        ddp = nn.parallel.DistributedDataParallel(make_model(), gradient_as_bucket_view=name in (VIEW, BOUND, TORCH_POWERSGD))
         if name == BOUND:
             ddp.register_comm_hook(None, keep_local)
+        if name == TORCH_POWERSGD:
+            ddp.register_comm_hook(PowerSGDState(None, matrix_approximation_rank=2, start_powerSGD_iter=10), torch_powersgd)
         return ddp
     return DistributedDataParallel(make_model(), compression=setting, gradient_as_bucket_view=True)
 

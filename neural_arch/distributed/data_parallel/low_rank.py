@@ -1,7 +1,7 @@
 """One PowerSGD step on one DDP bucket: rank-r compression with error feedback and warm start.
 
 Use: ``PowerSGDCompressor`` (powersgd.py) calls ``plan_bucket`` once per bucket layout and
-``compress(grads, plan, memory, world, group)`` on every compressed step; the gradients (views
+``compress(grads, plan, memory, world, all_reduce)`` on every compressed step; the gradients (views
 of the bucket's flat buffer) then hold the compressed average, the same on every rank.
 
 For each gradient matrix of the bucket (a weight viewed as rows x cols), with M_i = rank i's
@@ -25,10 +25,9 @@ makes one pass each to add the error, to write the new error and to write the gr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Sequence
 
 import torch
-import torch.distributed as dist
 
 
 @dataclass(frozen=True)
@@ -107,8 +106,10 @@ def orthonormalize_rows(rows: torch.Tensor) -> None:
 
 
 def compress(grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: int,
-             group: Optional[dist.ProcessGroup]) -> None:
-    """One step on one bucket, in place: ``grads`` end as the compressed average, ``memory`` as the next step's."""
+             all_reduce: Callable[[torch.Tensor], object]) -> None:
+    """One step on one bucket, in place: ``grads`` end as the compressed average, ``memory`` as the next step's.
+    ``all_reduce(t)`` sums ``t`` in place over the ``world`` ranks before returning (``dist.all_reduce``;
+    benchmarks/scaling_measure.py passes one that sends nothing, to time the compute alone)."""
     mats = [grads[m.index].view(m.rows, m.cols) for m in plan.matrices]
     errors = _split(memory.error, [(m.rows, m.cols) for m in plan.matrices])
     q_old = _split(memory.q, [(m.rank, m.cols) for m in plan.matrices])
@@ -122,7 +123,7 @@ def compress(grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: i
     for mat, err, qt, pt in zip(mats, errors, q_old, p):
         mat.add_(err)
         torch.mm(qt, mat.t(), out=pt)  # P^T = Q^T M^T
-    dist.all_reduce(send, group=group)
+    all_reduce(send)
     if exact:
         send[:n_exact].div_(world)
         for g, part in zip(exact, send[:n_exact].split([g.numel() for g in exact])):
@@ -132,7 +133,7 @@ def compress(grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: i
     for mat, pt, qt in zip(mats, p, qs):
         orthonormalize_rows(pt)
         torch.mm(pt, mat, out=qt)  # Q^T = P^T M
-    dist.all_reduce(q_new, group=group)
+    all_reduce(q_new)
     q_new.div_(world)
     for mat, err, pt, qt in zip(mats, errors, p, qs):
         torch.addmm(mat, pt.t(), qt, alpha=-1, out=err)  # error = M - P Q^T

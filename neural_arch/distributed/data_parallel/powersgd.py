@@ -66,7 +66,7 @@ class PowerSGDCompressor:
             memory = self.memory.get(index)
             if memory is None or memory.error.numel() != plan.error_size:
                 memory = first_memory(plan, index, buffer)
-            compress(grads, plan, memory, world, None)
+            compress(grads, plan, memory, world, dist.all_reduce)
             self.memory[index] = memory
             fut = _done(buffer)
         if bucket.is_last():

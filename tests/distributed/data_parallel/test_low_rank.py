@@ -48,7 +48,7 @@ def worker(rank: int, world: int) -> dict:
         local = torch.randn(flat.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(10 * step + rank))
         flat.copy_(local)
         q_before, error_before = memory.q.clone(), memory.error.clone()
-        compress(grads, plan, memory, world, None)
+        compress(grads, plan, memory, world, torch.distributed.all_reduce)
         all_local = all_gather(local)
         true_mean += sum(all_local) / world
         applied += flat
