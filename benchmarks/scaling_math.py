@@ -15,9 +15,9 @@ On more than one rank DDP also scales every gradient into its bucket and copies 
 back (torch's default): measured, and added to the compute.
 
 Compression changes what a bucket sends: fp16/bf16 half the bytes plus the measured cast
-time; PowerSGD rank r sends (m + n) r values per m x n matrix in two all-reduces (P, then Q)
-and every other tensor uncompressed in a third, plus the measured matmul/QR time
-(torch's hook leaves a matrix uncompressed when m n < 2 (m + n) r: min_compression_rate 2).
+time; PowerSGD rank r sends (m + n) r values per m x n matrix in two all-reduces, one after
+the other: P with every uncompressed tensor of the bucket, then Q; plus the measured compute
+of ``low_rank.compress`` (which sends a matrix exactly when (m + n) r' 2 >= m n, r' = min(r, m, n)).
 """
 
 from __future__ import annotations
@@ -94,12 +94,13 @@ def bucket_seconds(prof: dict[str, Any], members: list[int], n: int, link: Link,
         shape = prof["shapes"][i]
         m = shape[0]
         k = prof["bytes"][i] // 4 // max(m, 1)  # float32 gradients, viewed as m x k
-        if len(shape) > 1 and m * k >= 2 * (m + k) * r:
-            p_bytes, q_bytes = p_bytes + m * r * 4, q_bytes + k * r * 4
+        rr = min(r, m, k)
+        if len(shape) > 1 and (m + k) * rr * 2 < m * k:
+            p_bytes, q_bytes = p_bytes + m * rr * 4, q_bytes + k * rr * 4
         else:
             rest += prof["bytes"][i]
-    # Q is computed from the all-reduced P, so the two cannot run at once.
-    return ring(p_bytes, n, link) + ring(q_bytes, n, link) + ring(rest, n, link) + \
+    # Q is computed from the all-reduced P, so the two cannot run at once; exact tensors travel with P.
+    return ring(p_bytes + rest, n, link) + ring(q_bytes, n, link) + \
         share * prof["compress"][f"powersgd{r}"]
 
 

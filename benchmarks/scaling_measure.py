@@ -4,8 +4,8 @@
   backward and optimizer time at the benchmark's per-rank batch, the time after the start of
   backward at which each parameter's gradient is ready (post-accumulate-grad hooks: the
   order and times DDP's buckets fill in), each gradient's bytes and shape, and the extra
-  compute of compression (fp16 casts of the whole gradient; PowerSGD's matmuls, QR and
-  error feedback on the model's own matrices).
+  compute of compression (fp16 casts of the whole gradient; ``ddp.compression: powersgd``'s own
+  step, ``low_rank.compress``, on the model's gradient with an all-reduce that sends nothing).
 - ``concurrent_profile(rank, args)`` (on 2 or 4 ranks, no communication): the same compute
   profile taken on every rank at once, steps started together, so that what the ranks of a
   DDP run share (2 cores, memory bandwidth) slows it as it slows them; plus DDP's own copies
@@ -30,6 +30,7 @@ from torch import nn
 from compression import make_model as make_mlp  # benchmarks/ is on sys.path when a script here runs
 from neural_arch.apps.gpt.model import GPT
 from neural_arch.apps.icenet.model import IceNetUNet
+from neural_arch.distributed.data_parallel.low_rank import compress, first_memory, plan_bucket
 
 MODELS = ("MLP", "U-Net", "GPT")
 BATCH = {"MLP": 64, "U-Net": 8, "GPT": 16}
@@ -108,21 +109,14 @@ def _ddp_copy_seconds(grads: list[torch.Tensor], together: Callable[[], Any], re
 
 def _compression_costs(params: list[nn.Parameter]) -> dict[str, float]:
     """Seconds of compression compute per step: fp16 round trip of the whole gradient; PowerSGD
-    (rank 1, 2, 4) on every gradient matrix: M += err, P = M Q, QR(P), Q = M^T P, err = M - P Q^T."""
+    (rank 1, 2, 4): ``low_rank.compress`` on the whole gradient as one bucket, sending nothing."""
     flat = torch.cat([p.grad.reshape(-1) for p in params])
     out: dict[str, float] = {"fp16": _median_s(lambda: flat.div(2).half().float(), 5)}
-    mats = [p.grad.reshape(p.shape[0], -1) for p in params if p.dim() > 1]
+    grads = [v.view_as(p) for v, p in zip(flat.split([p.numel() for p in params]), params)]
     for r in (1, 2, 4):
-        qs = [torch.randn(m.shape[1], r) for m in mats]
-        errs = [torch.zeros_like(m) for m in mats]
-
-        def powersgd() -> None:
-            for m, q, e in zip(mats, qs, errs):
-                full = m + e
-                p = torch.linalg.qr(full @ q).Q
-                q2 = full.T @ p
-                e.copy_(full - p @ q2.T)
-        out[f"powersgd{r}"] = _median_s(powersgd, 5)
+        plan = plan_bucket(grads, r)
+        memory = first_memory(plan, 0, flat)
+        out[f"powersgd{r}"] = _median_s(lambda: compress(grads, plan, memory, 2, lambda t: None), 5)  # noqa: B023
     return out
 
 

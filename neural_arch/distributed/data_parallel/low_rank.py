@@ -6,6 +6,7 @@ of the bucket's flat buffer) then hold the compressed average, the same on every
 
 For each gradient matrix of the bucket (a weight viewed as rows x cols), with M_i = rank i's
 gradient + its error feedback, Q the previous step's Q (warm start) and W ranks:
+    Q <- orthonormal columns   (its columns lean towards one direction after the last step)
     P = sum_i M_i Q            one all-reduce, together with the bucket's exact tensors
     P <- orthonormal columns   (modified Gram-Schmidt)
     Q = sum_i M_i^T P / W      one all-reduce
@@ -122,6 +123,9 @@ def compress(grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: i
     p = _split(send[n_exact:], [(m.rank, m.rows) for m in plan.matrices])
     for mat, err, qt, pt in zip(mats, errors, q_old, p):
         mat.add_(err)
+        # Q's columns are orthonormalised first, as in subspace iteration: M^T P's columns all lean
+        # towards M's top singular vector, and P = M Q from them would lose the second direction.
+        orthonormalize_rows(qt)
         torch.mm(qt, mat.t(), out=pt)  # P^T = Q^T M^T
     all_reduce(send)
     if exact:
