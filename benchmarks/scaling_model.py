@@ -7,7 +7,10 @@ Run: ``.venv/bin/python benchmarks/scaling_model.py [--rounds 3 --steps 16 --rep
    MLP of compression.py, configs/icenet.yaml's U-Net, configs/gpt.yaml's GPT), the cost of
    compressing its gradient, and gloo's all-reduce time on 2 and 4 ranks from 4 KiB to 64 MiB.
 2. Fits alpha + beta x bytes to the 2-rank curve (relative least squares) and reads it as a
-   ring on this machine's loopback: per-hop latency alpha/2, bus bandwidth 1/beta.
+   ring on this machine's loopback: per-hop latency alpha/2, bus bandwidth 1/beta. On
+   loopback the "link" is the cores' copying, so with more ranks than cores (4 on 2 here)
+   each rank gets cores/N of it: latency and time per byte grow by N/cores (``shared``;
+   checked against the 4-rank curve, which the fit does not use).
 3. Checks the model (scaling_math.py) against torch DDP steps measured here on 1, 2 and 4
    processes in interleaved rounds. Each round measures, back to back in the same N
    processes, the compute profile taken on all N at once (no communication: what N ranks
@@ -24,6 +27,7 @@ Run: ``.venv/bin/python benchmarks/scaling_model.py [--rounds 3 --steps 16 --rep
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -47,9 +51,16 @@ def fit_loopback(curve: dict[int, float]) -> Link:
     return Link("loopback gloo (fitted)", max(float(intercept), 0.0) / 2, 1 / float(beta))
 
 
+def shared(link: Link, n: int) -> Link:
+    """``link`` as each of ``n`` loopback ranks sees it when they time-share this machine's cores."""
+    share = max(1.0, n / len(os.sched_getaffinity(0)))
+    return Link(link.name, link.alpha * share, link.bandwidth / share)
+
+
 def check(rounds: dict[int, list[dict[str, Any]]]) -> None:
     """Prediction vs measurement at every N here, each from the same round's measurements
-    (``scaling_measure.one_round``; N = 4 uses the ring extrapolation of that round's 2-rank fit)."""
+    (``scaling_measure.one_round``; N = 4 uses the ring extrapolation of that round's 2-rank fit,
+    ``shared`` by 4 ranks on this machine's cores)."""
     print(f"\ncheck against DDP measured here ({len(rounds[1])} interleaved rounds; medians over rounds, "
           "error: median of the per-round errors):")
     print(f"{'model':<7} {'N':>2} {'measured':>10} {'serial model':>13} {'error':>7} {'overlap model':>14} {'error':>7}")
@@ -59,8 +70,8 @@ def check(rounds: dict[int, list[dict[str, Any]]]) -> None:
             got, serial, overlap = [], [], []
             for r, link in zip(rounds[n], links):
                 got.append(r["ddp"][name])
-                serial.append(step_time(r["profile"][name], n, link, overlap=False))
-                overlap.append(step_time(r["profile"][name], n, link, overlap=True))
+                serial.append(step_time(r["profile"][name], n, shared(link, n), overlap=False))
+                overlap.append(step_time(r["profile"][name], n, shared(link, n), overlap=True))
             err_s = statistics.median(p / g - 1 for p, g in zip(serial, got))
             err_o = statistics.median(p / g - 1 for p, g in zip(overlap, got))
             print(f"{name:<7} {n:>2} {statistics.median(got) * 1e3:8.1f} ms {statistics.median(serial) * 1e3:10.1f} ms "
@@ -105,10 +116,10 @@ def main() -> None:
     link = fit_loopback(curves[2])
     print(f"\nloopback gloo fit (2 ranks, last round): alpha {link.alpha * 2e6:.0f} us per all-reduce, "
           f"bus bandwidth {link.bandwidth / 1e9:.2f} GB/s")
-    print(f"{'bytes':>10} {'2 ranks':>10} {'fit':>10} {'4 ranks':>10} {'ring from fit':>14}")
+    print(f"{'bytes':>10} {'2 ranks':>10} {'fit':>10} {'4 ranks':>10} {'ring from fit':>14} {'shared cores':>13}")
     for size, seconds in sorted(curves[2].items()):
         print(f"{size:>10} {seconds * 1e3:8.2f}ms {ring(size, 2, link) * 1e3:8.2f}ms {curves[4][size] * 1e3:8.2f}ms "
-              f"{ring(size, 4, link) * 1e3:12.2f}ms")
+              f"{ring(size, 4, link) * 1e3:12.2f}ms {ring(size, 4, shared(link, 4)) * 1e3:11.2f}ms")
     check(rounds)
     projections(profs)
     chart(profs, args.chart)
