@@ -17,10 +17,11 @@ are all-reduced exactly. P and Q are computed in their transposed (r x n) forms:
 matrix product with r output rows reads M once at memory speed, r output columns did not
 (2048 x 2048, r=2: 0.7 ms against 1.7 ms).
 
-This replaces torch's ``powerSGD_hook``, which on this machine's CPU cost 2-3x as much
-(it divides, clones and subtracts the whole bucket, and keeps error feedback for the exact
-tensors too): per compressed 2048 x 2048 matrix it reads M twice for the two products and
-makes one pass each to add the error, to write the new error and to write the gradient.
+This replaces torch's ``powerSGD_hook``, which here cost about 1.7x as much (it divides,
+clones and subtracts the whole bucket, and keeps error feedback for the exact tensors too;
+benchmarks/compression.py, 2 ranks, rank 2: 44 against 25 ms a step on an 8.55 M-parameter
+MLP). Per compressed matrix this step reads M twice for the two products and makes one pass
+each to add the error, to write the new error and to write the gradient.
 """
 
 from __future__ import annotations

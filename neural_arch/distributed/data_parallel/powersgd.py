@@ -134,7 +134,7 @@ def powersgd_hook(compressor: PowerSGDCompressor, bucket: dist.GradBucket) -> to
 
 
 class _SavedBucket:
-    """The part of a GradBucket that ``powerSGD_hook`` reads, for one bucket of the saved layout."""
+    """The part of a GradBucket that ``PowerSGDCompressor.run`` reads, for one bucket of the saved layout."""
 
     def __init__(self, flat: torch.Tensor, views: list[torch.Tensor], index: int, last: bool) -> None:
         self._flat, self._views, self._index, self._last = flat, views, index, last
