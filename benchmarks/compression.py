@@ -58,16 +58,18 @@ inside the hook as ``ddp.compression: powersgd`` used it until commit c017ac3 (g
 receive two buckets' P and Q all-reduces in different orders on the two ranks); bucket view on."""
 
 
-def torch_powersgd(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def completed(value: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(powerSGD_hook(state, bucket).wait())
+    fut.set_result(value)
     return fut
+
+
+def torch_powersgd(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return completed(powerSGD_hook(state, bucket).wait())
 
 
 def keep_local(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(bucket.buffer())
-    return fut
+    return completed(bucket.buffer())
 
 
 def make_model() -> nn.Module:

@@ -117,7 +117,7 @@ def compress(grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: i
     q_old = _split(memory.q, [(m.rank, m.cols) for m in plan.matrices])
     exact = [grads[i] for i in plan.exact]
     n_exact = sum(g.numel() for g in exact)
-    like = mats[0] if mats else grads[0]
+    like = grads[0]  # every gradient of a bucket has the same dtype and device
     send = like.new_empty(n_exact + sum(m.rank * m.rows for m in plan.matrices))
     if exact:
         torch.cat([g.reshape(-1) for g in exact], out=send[:n_exact])

@@ -64,7 +64,7 @@ class PowerSGDCompressor:
             fut = dist.all_reduce(buffer.div_(world), async_op=True).get_future().then(lambda f: f.value()[0])
         else:
             memory = self.memory.get(index)
-            if memory is None or memory.error.numel() != plan.error_size:
+            if memory is None:
                 memory = first_memory(plan, index, buffer)
             compress(grads, plan, memory, world, dist.all_reduce)
             self.memory[index] = memory
@@ -109,10 +109,15 @@ class PowerSGDCompressor:
                 "numel": sum(p.numel() for p in self.params)}
         changed = {k: (saved.get(k), v) for k, v in here.items() if saved.get(k) != v}
         self.iter, self.memory, self.layout = 0, {}, {}
-        if changed or saved.get("format") != FORMAT:
-            what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
-            why = (f"does not fit this run ({what})" if changed else "was written by an earlier version of neural_arch"
-                   ) if saved else "is missing (saved with another ddp.compression)"
+        if not saved:
+            why = "is missing (saved with another ddp.compression)"
+        elif changed:
+            why = "does not fit this run (" + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()) + ")"
+        elif saved.get("format") != FORMAT:
+            why = "was written by an earlier version of neural_arch"
+        else:
+            why = ""
+        if why:
             return (f"ddp.compression=powersgd: the checkpoint's PowerSGD state {why}; error feedback restarts: "
                     f"plain all-reduce for {self.warmup} steps, then PowerSGD afresh")
         device = self.params[0].device
