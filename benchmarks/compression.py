@@ -26,6 +26,7 @@ smoothly). On 2 shared cores any other load moves single rounds by tens of perce
 
 
 import argparse
+import math
 import statistics
 import time
 
@@ -42,10 +43,8 @@ from two_ranks import load_average, on_ranks, on_two_ranks
 VIEW = "raw DDP, bucket view"
 """Exact: torch DDP with ``gradient_as_bucket_view=True`` (no copies between gradients and buckets)."""
 SETTINGS = {"raw DDP (exact)": None, VIEW: None, "fp16": Compression("fp16"), "bf16": Compression("bf16"),
-            "powersgd rank 1": Compression("powersgd", powersgd_rank=1),
-            "powersgd rank 2": Compression("powersgd", powersgd_rank=2),
-            "torch's PowerSGD r2": None,
-            "powersgd rank 4": Compression("powersgd", powersgd_rank=4)}
+            "powersgd rank 2": Compression("powersgd", powersgd_rank=2), "torch's PowerSGD r2": None}
+"""The fixed settings; ``--powersgd`` adds our PowerSGD at the ranks and warm-ups it lists."""
 IN, OUT = 64, 10
 BOUND = "no communication"
 """Not a training setting: every rank keeps its own gradient (a hook that sends nothing; bucket
@@ -96,7 +95,8 @@ def wrap(name: str, setting: Compression | None) -> nn.Module:
     return DistributedDataParallel(make_model(), compression=setting, gradient_as_bucket_view=True)
 
 
-def train(model: nn.Module, opt: torch.optim.Optimizer, first: int, steps: int, batch: int) -> float:
+def train(model: nn.Module, opt: torch.optim.Optimizer, lr: torch.optim.lr_scheduler.LRScheduler | None,
+          first: int, steps: int, batch: int) -> float:
     """``steps`` steps from stream position ``first``; seconds per step (rank 0, between barriers)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     data = [global_batch(first + i, batch * world) for i in range(steps)]
@@ -106,13 +106,36 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, first: int, steps: int, 
         opt.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(model(x[rank::world]), y[rank::world]).backward()
         opt.step()
+        if lr is not None:
+            lr.step()
     dist.barrier()
     return (time.perf_counter() - start) / steps
 
 
+def powersgd_settings(spec: str) -> dict[str, Compression]:
+    """``"2,4:40"`` -> PowerSGD rank 2 (warm-up 10, the default) and rank 4 with 40 warm-up steps."""
+    out = {}
+    for item in filter(None, spec.split(",")):
+        rank, _, warmup = item.partition(":")
+        setting = Compression("powersgd", powersgd_rank=int(rank), powersgd_warmup_steps=int(warmup or 10))
+        setting.check()
+        out[f"powersgd rank {rank}" + (f", warm-up {warmup}" if warmup else "")] = setting
+    return out
+
+
+def schedule(args: argparse.Namespace, opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+    """Per-step learning rate: constant, or cosine decay from ``--lr`` to 0 over all the run's steps."""
+    total = (args.rounds + 1) * args.steps
+    if args.schedule == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
+
+
 def body(rank: int, args: argparse.Namespace) -> dict:
-    models = {name: wrap(name, s) for name, s in {**SETTINGS, BOUND: None}.items()}
+    settings = {**SETTINGS, **powersgd_settings(args.powersgd), BOUND: None}
+    models = {name: wrap(name, s) for name, s in settings.items()}
     opts = {name: torch.optim.SGD(m.parameters(), lr=args.lr, momentum=0.9) for name, m in models.items()}
+    lrs = {name: schedule(args, opt) for name, opt in opts.items()}
     done = {name: 0 for name in models}
     times: dict[str, list[float]] = {name: [] for name in models}
     curves: dict[str, list[float]] = {name: [] for name in models}
@@ -120,10 +143,9 @@ def body(rank: int, args: argparse.Namespace) -> dict:
     x, y = global_batch(10**6, 4096)  # held out: never a training batch
     for r in range(args.rounds + 1):  # round 0 warms up (and covers PowerSGD's plain all-reduce steps)
         for name in names[r % len(names):] + names[: r % len(names)]:
-            seconds = train(models[name], opts[name], done[name], args.steps, args.batch)
+            seconds = train(models[name], opts[name], lrs[name], done[name], args.steps, args.batch)
             done[name] += args.steps
-            if r:
-                times[name].append(seconds)
+            times[name].append(seconds)
             with torch.no_grad():  # after the timed steps
                 curves[name].append(float(nn.functional.cross_entropy(models[name](x), y)))
     return {"times": times, "losses": {name: c[-1] for name, c in curves.items()}, "curves": curves, "steps": done}
@@ -160,7 +182,7 @@ def overhead(rank: int, args: argparse.Namespace) -> dict[str, float]:
     times: dict[str, list[float]] = {name: [] for name in models}
     for r in range(args.rounds + 1):
         for name, (model, opt) in models.items():
-            seconds = train(model, opt, r * args.steps, args.steps, args.batch)
+            seconds = train(model, opt, None, r * args.steps, args.steps, args.batch)
             if r:
                 times[name].append(seconds)
     return {name: statistics.median(v) for name, v in times.items()}
@@ -172,17 +194,20 @@ def report(result: dict, args: argparse.Namespace) -> None:
     params = sum(p.numel() for p in make_model().parameters())
     print(f"model: MLP {params / 1e6:.2f} M params ({params * 4 / 1e6:.1f} MB fp32 gradients), batch {args.batch}/rank, "
           f"2 ranks gloo, 1 thread each, cpu-bind {args.cpu_bind}, {describe(args.link_gbit)}; {args.rounds} rounds x {args.steps} steps after a warm-up round; "
-          f"{result['steps'][base]} steps per setting; {load_average()}")
-    print(f"{'setting':<22} {'median step':>12} {'samples/s':>10} {'x raw DDP':>10} {'held-out loss':>14} {'vs exact':>9}")
+          f"{result['steps'][base]} steps per setting; lr {args.lr} {args.schedule}; {load_average()}")
+    print(f"{'setting':<30} {'median step':>12} {'samples/s':>10} {'x raw DDP':>10} {'whole run':>10} {'held-out loss':>14} {'vs exact':>9}")
     for name in times:
-        step = statistics.median(times[name])
-        ratio = statistics.median(b / t for b, t in zip(times[base], times[name]))
+        step = statistics.median(times[name][1:])
+        ratio = statistics.median(b / t for b, t in zip(times[base][1:], times[name][1:]))
+        whole = sum(times[base]) / sum(times[name])  # every step, the warm-up round and PowerSGD's plain steps too
         rel = f"{losses[name] / losses[base] - 1:+8.2%}" if name != BOUND else "     n/a"
-        print(f"{name:<22} {step * 1e3:9.1f} ms {2 * args.batch / step:10.1f} {ratio:9.2f}x {losses[name]:14.4f} {rel}")
+        print(f"{name:<30} {step * 1e3:9.1f} ms {2 * args.batch / step:10.1f} {ratio:9.2f}x {whole:9.2f}x "
+              f"{losses[name]:14.4f} {rel}")
+    print("x raw DDP: median of the timed rounds' ratios; whole run: total time of every step, the warm-up round's too")
     # One number at the end hides how much the loss moves from round to round (lr 0.02 oscillates).
     print(f"\nheld-out loss after every {args.steps} steps:")
     for name, curve in result["curves"].items():
-        print(f"{name:<22} " + " ".join(f"{v:.4f}" for v in curve))
+        print(f"{name:<30} " + " ".join(f"{v:.4f}" for v in curve))
 
 
 def main() -> None:
@@ -191,6 +216,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=64, help="samples per rank per step")
     parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--schedule", choices=["constant", "cosine"], default="constant",
+                        help="cosine: decay the lr to 0 over the run's steps, as a finished training run would")
+    parser.add_argument("--powersgd", default="1,4", metavar="RANK[:WARMUP],...",
+                        help="our PowerSGD settings besides rank 2 (warm-up 10 unless given), e.g. 4,8:40")
     parser.add_argument("--collectives", action="store_true", help="time the collectives only")
     parser.add_argument("--overhead", action="store_true", help="time the compression work in one process")
     parser.add_argument("--cpu-bind", choices=["auto", "none"], default="auto",

@@ -8,7 +8,7 @@ For each gradient matrix of the bucket (a weight viewed as rows x cols), with M_
 gradient + its error feedback, Q the previous step's Q (warm start) and W ranks:
     Q <- orthonormal columns   (its columns lean towards one direction after the last step)
     P = sum_i M_i Q            one all-reduce, together with the bucket's exact tensors
-    P <- orthonormal columns   (modified Gram-Schmidt)
+    P <- orthonormal columns   (Gram-Schmidt, each projection removed twice)
     Q = sum_i M_i^T P / W      one all-reduce
     gradient = P Q^T           the mean of the M_i projected onto span(P): one power iteration
     error_i  = M_i - P Q^T     what rank i's gradient lost this step; added back next step
@@ -98,13 +98,27 @@ def _split(flat: torch.Tensor, shapes: Sequence[tuple[int, int]]) -> list[torch.
 
 
 def orthonormalize_rows(rows: torch.Tensor) -> None:
-    """Modified Gram-Schmidt on the rows of an r x n matrix, in place; a zero row stays zero."""
+    """Gram-Schmidt on the rows of an r x n matrix, in place; a zero row stays zero.
+
+    Each row loses its projection onto the rows before it twice over ("twice is enough": as
+    accurate as modified Gram-Schmidt) in two matrix-vector products a pass, instead of one dot
+    product per earlier row: at r=8 on n=2048, 0.23 ms of small operations became ~0.05 ms."""
     tiny = torch.finfo(rows.dtype).tiny
     for i in range(rows.shape[0]):
-        row = rows[i]
-        for j in range(i):
-            row.sub_(torch.dot(row, rows[j]) * rows[j])
+        row, done = rows[i], rows[:i]
+        for _ in range(2 if i else 0):
+            row.sub_(torch.mv(done.t(), torch.mv(done, row)))
         row.div_(row.norm().clamp_min(tiny))
+
+
+def project(qt: torch.Tensor, mat: torch.Tensor, out: torch.Tensor) -> None:
+    """``out`` (r x rows) = Q^T M^T. On one CPU thread (MKL, 2048 x 2048) Q^T M^T with r output
+    rows reads M at memory speed for r <= 2 (0.6 ms) but not beyond (r=8: 1.8 ms), where
+    M Q with r output columns, transposed afterwards, takes 1.2 ms."""
+    if qt.shape[0] <= 2:
+        torch.mm(qt, mat.t(), out=out)
+    else:
+        out.copy_(torch.mm(mat, qt.t()).t())
 
 
 def compress(grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: int,
@@ -127,7 +141,7 @@ def compress(grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: i
         # Q's columns are orthonormalised first, as in subspace iteration: M^T P's columns all lean
         # towards M's top singular vector, and P = M Q from them would lose the second direction.
         orthonormalize_rows(qt)
-        torch.mm(qt, mat.t(), out=pt)  # P^T = Q^T M^T
+        project(qt, mat, out=pt)  # P^T = Q^T M^T
     all_reduce(send)
     if exact:
         send[:n_exact].div_(world)

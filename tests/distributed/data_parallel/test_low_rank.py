@@ -20,8 +20,7 @@ from neural_arch.distributed import all_gather, init_process_group
 from neural_arch.distributed.data_parallel.low_rank import compress, first_memory, plan_bucket
 from tests.helpers.multiproc import run_ranks
 
-SHAPES = [(6,), (12, 20), (3, 5), (20, 3, 4)]  # a vector, a matrix, one too small to gain, a 3-d weight
-RANK = 2
+SHAPES = [(6,), (24, 40), (3, 5), (40, 3, 4)]  # a vector, a matrix, one too small to gain, a 3-d weight
 STEPS = 6
 
 
@@ -37,11 +36,11 @@ def reference(ms: list[torch.Tensor], q: torch.Tensor) -> torch.Tensor:
     return basis @ basis.t() @ (sum(ms) / len(ms))
 
 
-def worker(rank: int, world: int) -> dict:
+def worker(rank: int, world: int, approximation_rank: int) -> dict:
     init_process_group(backend="gloo")
     flat = torch.zeros(sum(torch.Size(s).numel() for s in SHAPES), dtype=torch.float64)
     grads = views(flat)
-    plan = plan_bucket(grads, RANK)
+    plan = plan_bucket(grads, approximation_rank)
     memory = first_memory(plan, 0, flat)
     worst, applied, true_mean, exact_equal, same_on_ranks = 0.0, torch.zeros_like(flat), torch.zeros_like(flat), True, True
     for step in range(STEPS):
@@ -78,16 +77,17 @@ def worker(rank: int, world: int) -> dict:
     return {"plan": plan, "worst": worst, "exact_equal": exact_equal, "same": same_on_ranks, "lost": lost}
 
 
-@pytest.fixture(scope="module")
-def ranks() -> list[dict]:
-    return run_ranks(worker, world_size=2, timeout=120)
+@pytest.fixture(scope="module", params=[2, 4], ids=["r2", "r4"])
+def ranks(request) -> list[dict]:
+    """Rank 2 and rank 4: ``low_rank.project`` takes a different matrix-product form for r > 2."""
+    return run_ranks(worker, world_size=2, args=(request.param,), timeout=120) + [request.param]
 
 
 @pytest.mark.multiprocess
 def test_plan_compresses_weights_that_gain_and_sends_the_rest_exactly(ranks):
-    plan = ranks[0]["plan"]
+    plan, r = ranks[0]["plan"], ranks[2]
     assert [m.index for m in plan.matrices] == [1, 3] and plan.exact == (0, 2)
-    assert [(m.rows, m.cols, m.rank) for m in plan.matrices] == [(12, 20, 2), (20, 12, 2)]
+    assert [(m.rows, m.cols, m.rank) for m in plan.matrices] == [(24, 40, r), (40, 12, r)]
 
 
 @pytest.mark.multiprocess
