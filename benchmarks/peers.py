@@ -121,7 +121,7 @@ def main() -> None:
                         print(f"round {r + 1} {workload} {peer:<24} FAILED: {str(exc)[:2000]}", flush=True)
                     records[workload][peer].append(rec)
                     if rec is not None:
-                        print(f"round {r + 1} {workload} {peer:<24} first step {rec.stamps[0] - rec.started:6.1f} s, "
+                        print(f"round {r + 1} {workload} {peer:<24} first step {rec.stamps[0] - rec.started:6.2f} s, "
                               f"wall {rec.wall_s:6.1f} s", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

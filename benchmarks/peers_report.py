@@ -55,7 +55,7 @@ def report(workload: str, steps: int, records: dict[str, list[Optional[Record]]]
         losses = {r.loss for r in runs}
         note = "" if len(losses) == 1 else f" (varies over rounds by {max(losses) - min(losses):.2e})"
         note += "" if len(runs) == len(all_runs) else f" ({len(all_runs) - len(runs)} failed run(s) left out)"
-        print(f"{peer:<24} {step * 1e3:8.1f} {batch / step:9.1f} {_per_round(all_runs, ref, step_s):6.3f} {first:12.1f} "
+        print(f"{peer:<24} {step * 1e3:8.1f} {batch / step:9.1f} {_per_round(all_runs, ref, step_s):6.3f} {first:12.2f} "
               f"{_per_round(all_runs, ref, first_step_s):6.2f} {rss[0]:8.0f} / {rss[1]:<7.0f} {runs[0].loss:12.8f} "
               f"{runs[0].loss - ref_loss:+10.2e}{note}")
     print("per-round step ms:", {p: [None if r is None else round(step_s(r) * 1e3, 1) for r in runs]
@@ -72,8 +72,8 @@ def startup(records: dict[str, list[Optional[Record]]]) -> None:
         marks = []
         for key in ("launched", "joined", "set_up"):
             values = [r.phases[key] - r.started for r in runs if key in r.phases]
-            marks.append(f"{statistics.median(values):6.1f}" if values else "     -")
-        print(f"  {peer:<24} {' / '.join(marks)} / {statistics.median(first_step_s(r) for r in runs):6.1f}")
+            marks.append(f"{statistics.median(values):6.2f}" if values else "     -")
+        print(f"  {peer:<24} {' / '.join(marks)} / {statistics.median(first_step_s(r) for r in runs):6.2f}")
 
 
 def chart(records: dict[str, dict[str, list[Optional[Record]]]], base: str, path: str) -> None:
