@@ -102,7 +102,7 @@ def orthonormalize_rows(rows: torch.Tensor) -> None:
 
     Each row loses its projection onto the rows before it twice over ("twice is enough": as
     accurate as modified Gram-Schmidt) in two matrix-vector products a pass, instead of one dot
-    product per earlier row: at r=8 on n=2048, 0.23 ms of small operations became ~0.05 ms."""
+    product per earlier row: at r=8 on n=2048, 0.23 ms of small operations became 0.16 ms."""
     tiny = torch.finfo(rows.dtype).tiny
     for i in range(rows.shape[0]):
         row, done = rows[i], rows[:i]
