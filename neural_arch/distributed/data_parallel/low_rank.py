@@ -6,7 +6,8 @@ of the bucket's flat buffer) then hold the compressed average, the same on every
 
 For each gradient matrix of the bucket (a weight viewed as rows x cols), with M_i = rank i's
 gradient + its error feedback, Q the previous step's Q (warm start) and W ranks:
-    Q <- orthonormal columns   (its columns lean towards one direction after the last step)
+    Q <- orthonormal columns   (its columns lean towards one direction after the last step; an
+                                all-zero column, left by a step whose M was zero, restarts)
     P = sum_i M_i Q            one all-reduce, together with the bucket's exact tensors
     P <- orthonormal columns   (Gram-Schmidt, each projection removed twice)
     Q = sum_i M_i^T P / W      one all-reduce
@@ -111,6 +112,23 @@ def orthonormalize_rows(rows: torch.Tensor) -> None:
         row.div_(row.norm().clamp_min(tiny))
 
 
+def refill_zero_rows(qt: torch.Tensor) -> None:
+    """Give every all-zero row of Q^T (r x n) a fixed start, the same on every rank: row i becomes
+    cos(pi (i + 1) (j + 1/2) / n), j = 0..n-1 (the rows are orthogonal to each other).
+
+    Why: a matrix whose gradient is exactly zero on every rank for one step (a branch or an
+    embedding row not used, a layer frozen for a while) gets P = M Q = 0 and then Q = P^T M = 0.
+    From a zero Q no later gradient can get through: the matrix would be sent as zero for the
+    rest of the run while its error feedback grows. Without a host sync (``.item()``), so that
+    a GPU does not stall: computed for every row, kept only where the row is zero (~40 us for
+    8 x 2048 on one core here)."""
+    r, n = qt.shape
+    freq = torch.arange(1, r + 1, dtype=qt.dtype, device=qt.device)
+    pos = torch.arange(n, dtype=qt.dtype, device=qt.device).add_(0.5).mul_(torch.pi / n)
+    zero = qt.abs().amax(dim=1, keepdim=True) == 0
+    qt.copy_(torch.where(zero, torch.cos(torch.outer(freq, pos)), qt))
+
+
 def project(qt: torch.Tensor, mat: torch.Tensor, out: torch.Tensor) -> None:
     """``out`` (r x rows) = Q^T M^T. On one CPU thread (MKL, 2048 x 2048) Q^T M^T with r output
     rows reads M at memory speed for r <= 2 (0.6 ms) but not beyond (r=8: 1.8 ms), where
@@ -143,6 +161,7 @@ def compress(grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: i
         err.add_(mat)
         # Q's columns are orthonormalised first, as in subspace iteration: M^T P's columns all lean
         # towards M's top singular vector, and P = M Q from them would lose the second direction.
+        refill_zero_rows(qt)
         orthonormalize_rows(qt)
         project(qt, err, out=pt)  # P^T = Q^T M^T
     all_reduce(send)

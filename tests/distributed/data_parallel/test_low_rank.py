@@ -97,3 +97,29 @@ def test_step_matches_the_reference_and_loses_nothing(ranks, rank):
     assert got["worst"] < 1e-12, got
     assert got["exact_equal"] and got["same"], got
     assert got["lost"] < 1e-12, got
+
+
+def test_a_step_with_zero_gradients_does_not_stop_the_matrix_for_good():
+    """One process (world 1, nothing to send). After a step whose gradients were all zero, Q is
+    zero; the next step must still pass the new gradient through (before refill_zero_rows it
+    sent zero from then on while the error grew). The next step's result is checked against the
+    reference, from the restarted Q, and the error against M - gradient."""
+    flat = torch.zeros(sum(torch.Size(s).numel() for s in SHAPES), dtype=torch.float64)
+    grads = views(flat)
+    plan = plan_bucket(grads, 2)
+    memory = first_memory(plan, 0, flat)
+    compress(grads, plan, memory, 1, lambda t: None)
+    assert not memory.q.any() and not memory.error.any() and not flat.any()
+    local = torch.randn(flat.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    flat.copy_(local)
+    compress(grads, plan, memory, 1, lambda t: None)
+    m = plan.matrices[0]
+    mine = views(local)[m.index].reshape(m.rows, m.cols)
+    got = grads[m.index].reshape(m.rows, m.cols)
+    pos = (torch.arange(m.cols, dtype=torch.float64) + 0.5) * torch.pi / m.cols
+    restart = torch.stack([torch.cos(k * pos) for k in range(1, m.rank + 1)])
+    expect = reference([mine], restart / restart.norm(dim=1, keepdim=True))
+    assert float(got.norm()) > 0.1 * float(mine.norm())
+    assert float((got - expect).abs().max()) < 1e-12 * float(expect.abs().max())
+    error = memory.error[:m.rows * m.cols].view(m.rows, m.cols)
+    assert float((error - (mine - got)).abs().max()) < 1e-12 * float(mine.abs().max())
