@@ -41,7 +41,7 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch.distributed as dist
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
@@ -108,8 +108,13 @@ class RobustElasticAgent(LocalElasticAgent):
                     break
                 time.sleep(0.02)
 
+    def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        pids = super()._start_workers(worker_group)
+        if self._pcontext is not None:
+            self._pcontext.close = _waking_first(self._pcontext.close, self._pcontext.pids)
+        return pids
+
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
-        self._wake_stopped_workers_if_one_failed()
         try:
             result = super()._monitor_workers(worker_group)
         except ValueError:  # json.JSONDecodeError: see _set_aside_torn_error_files
@@ -128,19 +133,6 @@ class RobustElasticAgent(LocalElasticAgent):
                 )
             self._apply_restart_policy()
         return result
-
-    def _wake_stopped_workers_if_one_failed(self) -> None:
-        """SIGCONT every worker once one has exited with an error. torch then SIGTERMs the rest
-        and waits 30 s before SIGKILL; a stopped (SIGSTOP, ^Z) worker cannot act on SIGTERM, so
-        a job with a stopped rank took 30 s longer to report its failure (or to restart)."""
-        pids = list(self._pcontext.pids().values()) if self._pcontext else []
-        if not any(_exit_status(pid) for pid in pids):
-            return
-        for pid in pids:  # workers lead their own process groups
-            try:
-                os.killpg(pid, signal.SIGCONT)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def _set_aside_torn_error_files(self) -> bool:
         """Rename every error file of this attempt that is not valid JSON to ``*.torn``; returns
@@ -194,12 +186,21 @@ def _stat_fields(stat: Path) -> Optional[list[str]]:
         return None
 
 
-def _exit_status(pid: int) -> Optional[int]:
-    """The wait status of a worker that has exited and is not reaped yet (a zombie), else None
-    (still running, already reaped, or not Linux)."""
-    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
-    # fields[0] is stat's field 3 (state); field 52, exit_code, is there since Linux 3.5.
-    return int(fields[49]) if fields and fields[0] == "Z" and len(fields) > 49 else None
+def _waking_first(close: Callable[..., None], pids: Callable[[], dict[int, int]]) -> Callable[..., None]:
+    """``close`` (torch's: SIGTERM the workers, wait up to 30 s, SIGKILL) preceded by a SIGCONT to
+    every worker's process group. A stopped (SIGSTOP, ^Z) worker cannot act on SIGTERM, so a
+    job with a stopped rank took 30 s longer to report a failure (or to restart). torch calls
+    close from inside its poll as soon as one worker has failed; waking the others there, not
+    before the poll, leaves no moment in which a worker can fail unseen (an earlier check for
+    an exited worker before each poll missed one that exited between the check and the poll)."""
+    def wake_then_close(*args: Any, **kwargs: Any) -> None:
+        for pid in pids().values():  # workers lead their own process groups
+            try:
+                os.killpg(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        close(*args, **kwargs)
+    return wake_then_close
 
 
 def _live_members(pgid: int) -> bool:

@@ -1,0 +1,61 @@
+"""A stopped worker is woken before torch's close signals it (agent.py, ``_waking_first``).
+
+Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_wake.py``
+
+Real processes: a child in its own process group is SIGSTOPped, then "closed" the way torch's
+context closes workers (SIGTERM, then wait). Without the SIGCONT the SIGTERM stays pending in
+the stopped child and the wait runs out; with it the child ends at once. The end-to-end case
+is test_launcher.py's ``stop1`` (a rank that SIGSTOPs itself), where CI once saw torch's poll
+find the failed rank before an earlier pre-poll check did, and the stopped rank was SIGKILLed
+after torch's 30 s grace.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from neural_arch.distributed.launcher.agent import _waking_first
+
+
+def stopped_child() -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    os.kill(child.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # wait until the kernel reports it stopped ("T")
+        with open(f"/proc/{child.pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] == "T":
+                return child
+        time.sleep(0.01)
+    raise AssertionError("the child did not stop")
+
+
+def close_like_torch(child: subprocess.Popen, waited: list[bool]) -> None:
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(3)
+        waited.append(True)
+    except subprocess.TimeoutExpired:
+        waited.append(False)
+
+
+def test_a_stopped_worker_takes_the_close_signal_at_once():
+    child, waited = stopped_child(), []
+    try:
+        _waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid})()
+        assert waited == [True] and child.returncode == -signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_without_the_wake_the_stopped_worker_holds_the_signal():
+    """The control: the same close alone leaves the stopped child running past the wait."""
+    child, waited = stopped_child(), []
+    try:
+        close_like_torch(child, waited)
+        assert waited == [False] and child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
