@@ -195,11 +195,18 @@ def overhead(rank: int, args: argparse.Namespace) -> dict[str, float]:
     return {name: statistics.median(v) for name, v in times.items()}
 
 
+def ratios(times: dict[str, list[float]], name: str) -> tuple[float, float]:
+    """``name``'s speed against raw DDP: the median of the timed rounds' ratios (round 0 left out),
+    and over the whole run (every step, the warm-up round and PowerSGD's plain steps too)."""
+    base = times["raw DDP (exact)"]
+    return (statistics.median(b / t for b, t in zip(base[1:], times[name][1:])),
+            sum(base) / sum(times[name]))
+
+
 def verdict(times: dict[str, list[float]], losses: dict[str, float]) -> str:
     """The issue's target: the fastest compressed setting whose loss is within 2% of exact, at >= 1.3x raw DDP."""
     base = "raw DDP (exact)"
-    ratio = {name: min(statistics.median(b / t for b, t in zip(times[base][1:], times[name][1:])),
-                        sum(times[base]) / sum(times[name])) for name in times}
+    ratio = {name: min(ratios(times, name)) for name in times}
     close = [name for name in times if name not in (base, VIEW, BOUND) and abs(losses[name] / losses[base] - 1) <= 0.02]
     if not close:
         return "target (>= 1.3x raw DDP, loss within 2% of exact): not met, no compressed setting is within 2%"
@@ -219,8 +226,7 @@ def report(result: dict, args: argparse.Namespace) -> None:
     print(f"{'setting':<30} {'median step':>12} {'samples/s':>10} {'x raw DDP':>10} {'whole run':>10} {'held-out loss':>14} {'vs exact':>9}")
     for name in times:
         step = statistics.median(times[name][1:])
-        ratio = statistics.median(b / t for b, t in zip(times[base][1:], times[name][1:]))
-        whole = sum(times[base]) / sum(times[name])  # every step, the warm-up round and PowerSGD's plain steps too
+        ratio, whole = ratios(times, name)
         rel = f"{losses[name] / losses[base] - 1:+8.2%}" if name != BOUND else "     n/a"
         print(f"{name:<30} {step * 1e3:9.1f} ms {2 * args.batch / step:10.1f} {ratio:9.2f}x {whole:9.2f}x "
               f"{losses[name]:14.4f} {rel}")

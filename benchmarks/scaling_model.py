@@ -70,8 +70,9 @@ def check(rounds: dict[int, list[dict[str, Any]]]) -> None:
             got, serial, overlap = [], [], []
             for r, link in zip(rounds[n], links):
                 got.append(r["ddp"][name])
-                serial.append(step_time(r["profile"][name], n, shared(link, n), overlap=False))
-                overlap.append(step_time(r["profile"][name], n, shared(link, n), overlap=True))
+                seen = shared(link, n)
+                serial.append(step_time(r["profile"][name], n, seen, overlap=False))
+                overlap.append(step_time(r["profile"][name], n, seen, overlap=True))
             err_s = statistics.median(p / g - 1 for p, g in zip(serial, got))
             err_o = statistics.median(p / g - 1 for p, g in zip(overlap, got))
             print(f"{name:<7} {n:>2} {statistics.median(got) * 1e3:8.1f} ms {statistics.median(serial) * 1e3:10.1f} ms "

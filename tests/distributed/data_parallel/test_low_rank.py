@@ -78,22 +78,22 @@ def worker(rank: int, world: int, approximation_rank: int) -> dict:
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["r2", "r4"])
-def ranks(request) -> list[dict]:
+def run(request) -> dict:
     """Rank 2 and rank 4: ``low_rank.project`` takes a different matrix-product form for r > 2."""
-    return run_ranks(worker, world_size=2, args=(request.param,), timeout=120) + [request.param]
+    return {"r": request.param, "ranks": run_ranks(worker, world_size=2, args=(request.param,), timeout=120)}
 
 
 @pytest.mark.multiprocess
-def test_plan_compresses_weights_that_gain_and_sends_the_rest_exactly(ranks):
-    plan, r = ranks[0]["plan"], ranks[2]
+def test_plan_compresses_weights_that_gain_and_sends_the_rest_exactly(run):
+    plan, r = run["ranks"][0]["plan"], run["r"]
     assert [m.index for m in plan.matrices] == [1, 3] and plan.exact == (0, 2)
     assert [(m.rows, m.cols, m.rank) for m in plan.matrices] == [(24, 40, r), (40, 12, r)]
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("rank", [0, 1])
-def test_step_matches_the_reference_and_loses_nothing(ranks, rank):
-    got = ranks[rank]
+def test_step_matches_the_reference_and_loses_nothing(run, rank):
+    got = run["ranks"][rank]
     assert got["worst"] < 1e-12, got
     assert got["exact_equal"] and got["same"], got
     assert got["lost"] < 1e-12, got

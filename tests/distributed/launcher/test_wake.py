@@ -15,8 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from neural_arch.distributed.launcher.agent import _waking_first
+from neural_arch.distributed.launcher.agent import _stat_fields, _waking_first
 
 
 def stopped_child() -> subprocess.Popen:
@@ -24,9 +25,8 @@ def stopped_child() -> subprocess.Popen:
     os.kill(child.pid, signal.SIGSTOP)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # wait until the kernel reports it stopped ("T")
-        with open(f"/proc/{child.pid}/stat") as stat:
-            if stat.read().rsplit(")", 1)[1].split()[0] == "T":
-                return child
+        if (_stat_fields(Path(f"/proc/{child.pid}/stat")) or [""])[0] == "T":
+            return child
         time.sleep(0.01)
     raise AssertionError("the child did not stop")
 
