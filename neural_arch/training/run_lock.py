@@ -16,7 +16,6 @@ The file records who holds it (pid, host, command) for the error message.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from neural_arch.training.typed_config import ConfigError
+from neural_arch.utils.file_lock import lock_file
 
 LOCK_FILE = ".lock"
 
@@ -41,13 +41,11 @@ class RunDirLock:
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / LOCK_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not lock_file(fd, exclusive=True, timeout=0):
             holder = os.read(fd, 4096).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise ConfigError(f"run.dir={str(run_dir)!r} is in use by another job ({holder}); wait for it to end, "
-                              "stop it, or choose another run.dir") from None
+                              "stop it, or choose another run.dir")
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:300]}\n".encode())
         return cls(fd, path)

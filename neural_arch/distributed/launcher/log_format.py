@@ -13,11 +13,11 @@ reader that takes a shared lock first therefore sees every line.
 
 from __future__ import annotations
 
-import fcntl
 import re
 import shutil
-import time
 from pathlib import Path
+
+from neural_arch.utils.file_lock import lock_file
 
 ATTEMPT_MARK = "--- neural_arch worker:"
 ATTEMPT_HEADER = ATTEMPT_MARK + " rank {rank}, attempt {attempt}, pid {pid} ---"
@@ -46,27 +46,12 @@ def attempt_header(rank: int, attempt: str, pid: int) -> str:
     return ATTEMPT_HEADER.format(rank=rank, attempt=attempt, pid=pid)
 
 
-def wait_for_lock(fd: int, exclusive: bool, timeout: float) -> bool:
-    """Take the log's lock (exclusive: a writer; shared: a reader waiting for the writer to
-    finish), polling up to ``timeout`` seconds; False if it could not be had in time."""
-    deadline = time.monotonic() + timeout
-    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
-    while True:
-        try:
-            fcntl.flock(fd, mode)
-            return True
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
-
-
 def attempt_lines(log: Path, pid: int, timeout: float = 5.0) -> list[str]:
     """The lines process ``pid`` wrote to ``log`` (its attempt's section), once the log pump
     writing them has finished or ``timeout`` seconds have passed; [] if none."""
     try:
         with open(log, "rb") as f:
-            wait_for_lock(f.fileno(), exclusive=False, timeout=timeout)
+            lock_file(f.fileno(), exclusive=False, timeout=timeout)
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return []

@@ -31,11 +31,12 @@ from neural_arch.distributed.env import detect_cluster_env
 from neural_arch.distributed.checkpoint.progress import on_checkpoint_saved
 from neural_arch.distributed.launcher.cpu_bind import bind_worker, parse_cpus
 from neural_arch.distributed.launcher.lifeline import die_with_parent
-from neural_arch.distributed.launcher.log_format import attempt_header, log_path, progress_marker, wait_for_lock
+from neural_arch.distributed.launcher.log_format import attempt_header, log_path, progress_marker
 from neural_arch.distributed.launcher.program import run_executable, run_python
 from neural_arch.distributed.runtime.calls import CollectiveFailed
 from neural_arch.distributed.runtime.heartbeat import describe_stragglers
 from neural_arch.distributed.runtime.process_group import abandon_process_group
+from neural_arch.utils.file_lock import lock_file
 
 LOGPUMP = str(Path(__file__).with_name("logpump.py"))
 """Run by path, not ``-m``: importing it as a module would first import neural_arch's
@@ -53,7 +54,7 @@ class OutputTee:
             log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             # A previous attempt's pump may still hold the lock briefly; after 10 s write
             # unlocked rather than not at all.
-            wait_for_lock(log_fd, exclusive=True, timeout=10.0)
+            lock_file(log_fd, exclusive=True, timeout=10.0)
         read_fd, write_fd = os.pipe()
         self.pump = subprocess.Popen(
             [sys.executable, LOGPUMP, prefix, str(log_fd), "1" if show else "0"],
