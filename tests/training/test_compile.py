@@ -17,7 +17,8 @@ from neural_arch.training.builders import compile_blocks
 from neural_arch.training.config import load_config
 from neural_arch.training.trainer import train
 from neural_arch.training.typed_config import ConfigError
-from tests.training.test_trainer import cli, final_params, metrics
+from tests.helpers.cli import cli
+from tests.helpers.run_outputs import final_params, metrics
 
 
 def test_compile_blocks_picks_the_outermost_module_lists_in_place():
@@ -42,8 +43,8 @@ def test_compiled_run_on_2_ranks_matches_eager_on_one(tmp_path):
             "model.hidden=8", "training.precision=fp32", "logging.every_steps=1", "logging.progress=false",
             "logging.tensorboard=false", "checkpoint.every_steps=0"]
     train(load_config(None, [*base, f"run.dir={tmp_path / 'eager'}"]))
-    proc = cli(*(arg for o in [*base, f"run.dir={tmp_path / 'compiled'}", "training.compile=true"] for arg in ("--set", o)),
-               "--nproc-per-node", "2", timeout=900)
+    sets = (arg for o in [*base, f"run.dir={tmp_path / 'compiled'}", "training.compile=true"] for arg in ("--set", o))
+    proc = cli("train", *sets, "--nproc-per-node", "2", timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     losses = {mode: [row["train/loss"] for row in metrics(tmp_path / mode) if "train/loss" in row]
               for mode in ("eager", "compiled")}

@@ -16,7 +16,9 @@ import torch
 from neural_arch.distributed.checkpoint import load_checkpoint
 from neural_arch.training.config import load_config
 from neural_arch.training.typed_config import ConfigError
-from tests.training.test_trainer import BASE, assert_params, cli, final_params, launch_fault, metrics
+from tests.helpers.cli import cli
+from tests.helpers.run_outputs import assert_params, final_params, metrics
+from tests.helpers.trainer_runs import BASE, launch_fault
 
 STEPS = ["--set", "training.steps=20", "--set", "schedule.decay=constant"]
 COMPRESSED = {
@@ -44,7 +46,7 @@ def test_killed_compressed_run_resumes_bitwise(tmp_path, name):
         assert state["iter"] == 20 and len(state["error"]) == 2 and len(state["layout"]) >= 2
         assert not torch.equal(state["error"][0][0], state["error"][1][0])  # each rank's own error feedback
         # On 3 ranks the error feedback of 2 cannot continue: restarted, said in one line, run completes.
-        more = cli(*args, "--set", f"run.dir={run}", "--set", "training.steps=24", "--nproc-per-node", "3")
+        more = cli("train", *args, "--set", f"run.dir={run}", "--set", "training.steps=24", "--nproc-per-node", "3")
         assert more.returncode == 0, more.stdout + more.stderr
         assert "PowerSGD state does not fit this run (world_size 2 -> 3)" in more.stdout, more.stdout
 
@@ -64,7 +66,8 @@ def test_bad_ddp_values(override, message):
 
 @pytest.mark.multiprocess
 def test_compression_with_a_parallel_layout_exits_2():
-    proc = cli("--set", "ddp.compression=powersgd", "--set", "parallel.dp_shard=2", "--nproc-per-node", "2", timeout=60)
+    proc = cli("train", "--set", "ddp.compression=powersgd", "--set", "parallel.dp_shard=2", "--nproc-per-node", "2",
+               timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "ddp.compression=powersgd with a parallel: layout" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 
 from neural_arch.utils.ports import free_port
-from tests.distributed.launcher.proc_tree import process_tree
-from tests.training.test_trainer import BASE, assert_params, cli, final_params, sample_ids
+from tests.helpers.cli import cli
+from tests.helpers.proc_tree import process_tree
+from tests.helpers.run_outputs import assert_params, final_params, sample_ids
+from tests.helpers.trainer_runs import BASE
 
 PACED = str(Path(__file__).resolve().parents[1] / "scripts" / "train_paced.py")
 STEPS = 16
@@ -70,7 +72,7 @@ def _kill_node(agent: subprocess.Popen) -> None:
 @pytest.mark.multiprocess
 def test_node_joins_then_leaves_mid_training_exactly(tmp_path):
     reference = tmp_path / "reference"
-    ref = cli(*ARGS, "--set", f"run.dir={reference}")
+    ref = cli("train", *ARGS, "--set", f"run.dir={reference}")
     assert ref.returncode == 0, ref.stderr
     run, port, gate = tmp_path / "run", free_port(), tmp_path / "gate"
     gate.mkdir()

@@ -1,7 +1,7 @@
 """``neural-arch train`` on parallel layouts (the ``parallel:`` section) equals one process.
 
 Run: ``.venv/bin/python -m pytest tests/training/test_parallel_trainer.py -q``
-A tiny float64 GPT (tests/training/test_trainer.py's ``gpt_args``: 27 windows per epoch in
+A tiny float64 GPT (tests/helpers/trainer_runs.py's ``gpt_args``: 27 windows per epoch in
 global batches of 6, so every epoch ends with an uneven last share), Adam, 10 steps, the
 loss logged at every step. Tolerances: parameters within 1e-10, every logged loss and the
 validation bits per byte within 1e-12 relative (only summation order differs). Checkpoints
@@ -10,23 +10,20 @@ hold the full single-process state, so a run saved on one layout resumes on anot
 
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from neural_arch.distributed.checkpoint import CheckpointError, load_checkpoint
-from tests.apps.gpt.helpers import make_corpus
-from tests.training.test_trainer import (
-    BASE, assert_params, cli, final_params, gpt_args, launch_fault, metrics, sample_ids,
-)
+from tests.helpers.cli import cli
+from tests.helpers.gpt_corpus import make_corpus
+from tests.helpers.layout_runs import EVERY_STEP, assert_same_run, losses, same_samples, train
+from tests.helpers.run_outputs import assert_params, final_params
+from tests.helpers.trainer_runs import BASE, gpt_args, launch_fault
 
 pytestmark = pytest.mark.multiprocess  # every test here launches ranks
 
-EVERY_STEP = ["--set", "logging.every_steps=1", "training.val_every=5", "schedule.decay=constant",
-              "logging.record_samples=true"]
 BATCH_8 = "training.global_batch_size=8"  # 27 samples: the last batch has 3, so one of 4 shares is empty
 PIPE = ["parallel.pp=2", "parallel.microbatches=3"]  # 6 samples per global batch: 2 per micro-batch
 
@@ -34,27 +31,6 @@ PIPE = ["parallel.pp=2", "parallel.microbatches=3"]  # 6 samples per global batc
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     return make_corpus(tmp_path_factory.mktemp("gpt"))
-
-
-def train(run: Path, corpus: Path, steps: int, *extra: str, procs: int = 1) -> None:
-    proc = cli(*gpt_args(corpus), *EVERY_STEP, "--set", f"run.dir={run}", f"training.steps={steps}", *extra,
-               "--nproc-per-node", str(procs))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def losses(run: Path) -> dict[int, float]:
-    return {row["step"]: row["train/loss"] for row in metrics(run) if "train/loss" in row}
-
-
-def assert_same_run(got: Path, want: Path) -> None:
-    assert_params(final_params(got), final_params(want), atol=1e-10)
-    a, b = losses(got), losses(want)
-    assert a.keys() == b.keys()
-    for step in a:
-        assert math.isclose(a[step], b[step], rel_tol=1e-12), (step, a[step], b[step])
-    val_a = [r["val/bpb"] for r in metrics(got) if "val/bpb" in r]
-    val_b = [r["val/bpb"] for r in metrics(want) if "val/bpb" in r]
-    assert len(val_a) == len(val_b) >= 2 and all(math.isclose(x, y, rel_tol=1e-12) for x, y in zip(val_a, val_b))
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +60,6 @@ def test_layout_equals_one_process(corpus, reference, tmp_path, layout):
     train(tmp_path / "run", corpus, 10, "--set", *layout, procs=procs)
     assert_same_run(tmp_path / "run", reference)
     assert same_samples(tmp_path / "run", reference)
-
-
-def same_samples(run: Path, reference: Path) -> bool:
-    """Each step saw the reference step's sample ids, each once (tensor/pipeline peers record none)."""
-    ids = {step: sorted(ids) for step, ids in sample_ids(run, 1).items()}
-    return ids == {step: sorted(ids) for step, ids in sample_ids(reference, 1).items()}
 
 
 def assert_resumed_exactly(run: Path, whole: Path) -> None:
@@ -125,7 +95,7 @@ def test_saved_on_one_process_resumes_on_an_interleaved_pipeline(corpus, tmp_pat
 def test_bad_layouts_are_one_line_and_exit_2(corpus, tmp_path, layout, words):
     app = BASE if layout[-1] == "regression" else gpt_args(corpus)
     layout = [item for item in layout if item != "regression"]
-    proc = cli(*app, "--set", f"run.dir={tmp_path / 'run'}", *layout, "--nproc-per-node", "2")
+    proc = cli("train", *app, "--set", f"run.dir={tmp_path / 'run'}", *layout, "--nproc-per-node", "2")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "run").exists()  # refused before any rank started
@@ -163,8 +133,8 @@ def test_saved_on_fsdp_resumes_on_tensor_parallel_and_on_one_process(corpus, ref
         assert "resumed from step 5" in (resumed / "logs" / "rank_0.log").read_text()
         assert_resumed_exactly(resumed, reference)
     kept = copy / "checkpoints" / "step_00000005"  # keep_last=3: steps 5, 8 and 10
-    text = subprocess.run([sys.executable, "-m", "neural_arch.cli", "generate", "--checkpoint", str(kept), "--prompt",
-                           "ab", "--length", "8", "--temperature", "0"], capture_output=True, text=True, timeout=120)
+    text = cli("generate", "--checkpoint", str(kept), "--prompt", "ab", "--length", "8", "--temperature", "0",
+               timeout=120)
     assert text.returncode == 0 and text.stdout.strip(), text.stdout + text.stderr
     # A damaged shard makes its step unusable (the manifest's sha256 covers every shard file).
     shard = next((kept / "shards").glob("*.distcp"))

@@ -17,7 +17,7 @@ from neural_arch.training import prefetch as prefetch_module
 from neural_arch.training.config import load_config
 from neural_arch.training.prefetch import Prefetcher, next_batch
 from neural_arch.training.trainer import train
-from tests.training.test_trainer import assert_params, final_params, metrics
+from tests.helpers.run_outputs import assert_params, final_params, metrics
 
 
 def prefetch_threads() -> list[threading.Thread]:

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tests.training.test_stop import LONG, start, wait_for_rows
-from tests.training.test_trainer import cli
+from tests.helpers.cli import cli
+from tests.helpers.long_run import LONG, start, wait_for_rows
 
 pytestmark = pytest.mark.multiprocess  # every test here starts training processes
 
@@ -27,7 +27,7 @@ def test_second_job_on_a_run_dir_exits_2_naming_the_holder_and_a_killed_holder_f
         wait_for_rows(run, 2, first)
         for nproc in ("1", "2"):  # in the process itself; before a launcher starts any worker
             tick = time.monotonic()
-            second = cli(*LONG, "--set", f"run.dir={run}", "--nproc-per-node", nproc)
+            second = cli("train", *LONG, "--set", f"run.dir={run}", "--nproc-per-node", nproc)
             assert second.returncode == 2, second.stdout + second.stderr
             lines = second.stderr.strip().splitlines()
             assert len(lines) == 1 and f"pid {first.pid} on" in lines[0] and str(run) in lines[0], second.stderr
@@ -42,5 +42,5 @@ def test_second_job_on_a_run_dir_exits_2_naming_the_holder_and_a_killed_holder_f
     finally:
         first.send_signal(signal.SIGKILL)  # as the OOM killer would: no chance to unlock
         first.wait(timeout=30)
-    again = cli(*LONG, "--set", f"run.dir={run}", "training.steps=5", "--resume", "none")  # the lock is free again
+    again = cli("train", *LONG, "--set", f"run.dir={run}", "training.steps=5", "--resume", "none")  # the lock is free again
     assert again.returncode == 0, again.stdout + again.stderr

@@ -20,35 +20,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.cli import cli
 from tests.helpers.clusters import local_slurm, slurm_missing_reason
+from tests.helpers.long_run import LONG, STEPS, start, wait_for_rows
+from tests.helpers.multiproc import run_ranks
 from tests.helpers.paths import REPO
-from tests.training.test_trainer import BASE, assert_params, cli, final_params
+from tests.helpers.run_outputs import assert_params, final_params
+from tests.helpers.trainer_runs import BASE
 
 pytestmark = pytest.mark.multiprocess  # every test here starts training processes
-
-STEPS = 3000  # about 1.5 ms a step on one process: time for the signal to land mid-run
-LONG = [*BASE, "--set", f"training.steps={STEPS}", "logging.every_steps=50", "checkpoint.every_steps=1000"]
-
-
-def start(run: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "neural_arch.cli", "train", *LONG, "--set", f"run.dir={run}", *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"))
-
-
-def wait_for_rows(run: Path, rows: int, proc: subprocess.Popen | None = None, timeout: float = 120) -> None:
-    """Until the run's metrics.jsonl has ``rows`` lines (training is under way)."""
-    metrics, deadline = run / "metrics.jsonl", time.monotonic() + timeout
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= rows):
-        assert proc is None or proc.poll() is None, proc.communicate() if proc else ""
-        assert time.monotonic() < deadline, f"no {rows} metric rows in {timeout} s"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("whole") / "run"
-    proc = cli(*LONG, "--set", f"run.dir={run}")
+    proc = cli("train", *LONG, "--set", f"run.dir={run}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return run
 
@@ -71,7 +57,7 @@ def test_a_signal_saves_and_the_same_command_continues(tmp_path, uninterrupted, 
     step = int(said[0].split(" at step ")[1].split()[0])
     assert 0 < step < STEPS and (run / "checkpoints" / f"step_{step:08d}").is_dir()
     if procs == 1:  # continuing is the same under the launcher (and is checked on SLURM below)
-        again = cli(*LONG, "--set", f"run.dir={run}")
+        again = cli("train", *LONG, "--set", f"run.dir={run}")
         assert again.returncode == 0, again.stdout + again.stderr
         assert f"resuming from step {step} of {STEPS}" in again.stdout
         assert_params(final_params(run), final_params(uninterrupted), atol=0)
@@ -81,9 +67,9 @@ def test_a_signal_saves_and_the_same_command_continues(tmp_path, uninterrupted, 
 def test_rerunning_a_finished_run_does_nothing(tmp_path):
     run = tmp_path / "run"
     args = [*BASE, "--set", f"run.dir={run}", "training.steps=6"]
-    assert cli(*args).returncode == 0
+    assert cli("train", *args).returncode == 0
     outputs = files(run)
-    again = cli(*args)
+    again = cli("train", *args)
     assert again.returncode == 0, again.stderr
     assert "already at step 6 of 6; nothing to do (use --resume none or a new run.dir" in again.stdout
     assert files(run) == outputs
@@ -176,7 +162,6 @@ def _agree_worker(rank: int, world_size: int) -> dict:
 
 @pytest.mark.timeout(120)
 def test_ranks_agree_on_a_stop_at_the_same_step_within_the_check_interval():
-    from tests.helpers.multiproc import run_ranks
     from neural_arch.training.stop import CHECK_SECONDS
 
     zero, one = run_ranks(_agree_worker, 2)

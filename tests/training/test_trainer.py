@@ -7,39 +7,23 @@ size, atol 1e-10 across world sizes (only summation order differs). Crash and re
 tests run for every app in ``APPS`` (the regression MLP and a tiny byte-level GPT).
 """
 
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from neural_arch.distributed.checkpoint import load_checkpoint, with_whole_model
 from neural_arch.training.config import load_config
 from neural_arch.training import step as step_module
 from neural_arch.training.trainer import train
-from tests.apps.gpt.helpers import CONTEXT, VAL_FRACTION, make_corpus
+from tests.helpers.cli import cli
+from tests.helpers.gpt_corpus import make_corpus
+from tests.helpers.run_outputs import assert_params, final_params, metrics, sample_ids
+from tests.helpers.trainer_runs import BASE, gpt_args, launch_fault
 
-FAULT = str(Path(__file__).resolve().parents[1] / "scripts" / "train_fault.py")
-COMMON = ["--set", "training.precision=fp64", "--set", "logging.progress=false", "--set", "logging.tensorboard=false",
-          "--set", "checkpoint.every_steps=4", "--set", "schedule.warmup_steps=3", "--set", "training.timeout=60"]
-# 101 training samples / global batch 12: every epoch ends with a 5-sample batch; 25
-# validation samples are not divisible by 3 ranks.
-BASE = [*COMMON, "--set", "data.num_samples=101", "--set", "data.val_samples=25", "--set", "training.global_batch_size=12",
-        "--set", "model.hidden=8"]
 APPS = ["regression", "gpt"]
-
-
-def gpt_args(corpus: Path) -> list[str]:
-    """A tiny GPT (d_model 16, 2 blocks, context 16), Adam; 27 windows per epoch in batches of 6,
-    so an epoch is 5 steps ending with 3 samples (2 + 1 on two ranks, 1 + 1 + 1 on three)."""
-    return [*COMMON, "--set", "run.task=gpt", "model.d_model=16", "model.n_layers=2", "model.n_heads=2",
-            "model.mlp_ratio=2", f"model.context={CONTEXT}", f"data.val_fraction={VAL_FRACTION}",
-            f"data.source={corpus.parent / 'src'}", f"data.path={corpus}", "data.samples_per_epoch=27",
-            "training.global_batch_size=6", "optim.name=adam", "optim.lr=0.003"]
 
 
 @pytest.fixture(scope="module", params=APPS)
@@ -48,37 +32,6 @@ def app(request, tmp_path_factory) -> list[str]:
     if request.param == "regression":
         return BASE
     return gpt_args(make_corpus(tmp_path_factory.mktemp("gpt")))
-
-
-def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "neural_arch.cli", "train", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def launch_fault(mode: str, step: int, ranks: int, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "neural_arch.distributed.launcher", f"--nproc_per_node={ranks}", "--max_restarts=1",
-           FAULT, mode, str(step), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"))
-
-
-def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
-    found = load_checkpoint(run_dir / "checkpoints")
-    assert found is not None, f"no checkpoint in {run_dir}"
-    return with_whole_model(found[0].path, found[1])["model"]  # a sharded checkpoint's too
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def assert_params(a: dict, b: dict, atol: float) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        if atol == 0:
-            assert torch.equal(a[k], b[k]), f"{k} differs (max {float((a[k] - b[k]).abs().max()):.3e})"
-        else:
-            np.testing.assert_allclose(a[k].numpy(), b[k].numpy(), rtol=0, atol=atol, err_msg=k)
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +47,8 @@ def reference_2_ranks(tmp_path_factory, app):
 @pytest.mark.multiprocess
 def test_three_ranks_equal_one_rank_with_accumulation_and_uneven_batches(tmp_path):
     common = [*BASE, "--set", "training.steps=18", "--set", "training.grad_accum_steps=2", "--set", "training.val_every=6"]
-    one = cli(*common, "--set", f"run.dir={tmp_path / 'one'}")
-    three = cli(*common, "--set", f"run.dir={tmp_path / 'three'}", "--nproc-per-node", "3")
+    one = cli("train", *common, "--set", f"run.dir={tmp_path / 'one'}")
+    three = cli("train", *common, "--set", f"run.dir={tmp_path / 'three'}", "--nproc-per-node", "3")
     assert one.returncode == 0, one.stderr
     assert three.returncode == 0, three.stdout + three.stderr
     assert_params(final_params(tmp_path / "one"), final_params(tmp_path / "three"), atol=1e-10)
@@ -122,16 +75,6 @@ def test_killed_rank_resumes_bitwise(tmp_path, app, reference_2_ranks, mode, ste
     assert_params(final_params(run), final_params(reference_2_ranks), atol=0)
 
 
-def sample_ids(run: Path, first_step: int) -> dict[int, list[int]]:
-    per_step: dict[int, list[int]] = {}
-    for log in (run / "logs").glob("samples_rank_*.jsonl"):
-        for line in log.read_text().splitlines():
-            row = json.loads(line)
-            if row["step"] >= first_step:
-                per_step.setdefault(row["step"], []).extend(row["ids"])
-    return per_step
-
-
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("new_world", [1, 3])
 def test_resume_on_another_world_size_is_exact(tmp_path, app, reference_2_ranks, new_world):
@@ -141,7 +84,7 @@ def test_resume_on_another_world_size_is_exact(tmp_path, app, reference_2_ranks,
     assert first.returncode == 0, first.stderr
     (run / "logs" / "samples_rank_0.jsonl").rename(run / "logs" / "before_0.jsonl")
     (run / "logs" / "samples_rank_1.jsonl").rename(run / "logs" / "before_1.jsonl")
-    second = cli(*common, "--set", "training.steps=20", "--nproc-per-node", str(new_world))
+    second = cli("train", *common, "--set", "training.steps=20", "--nproc-per-node", str(new_world))
     assert second.returncode == 0, second.stdout + second.stderr
     assert_params(final_params(run), final_params(reference_2_ranks), atol=1e-10)
     got, want = sample_ids(run, 11), sample_ids(reference_2_ranks, 11)
@@ -153,8 +96,8 @@ def test_resume_on_another_world_size_is_exact(tmp_path, app, reference_2_ranks,
 @pytest.mark.multiprocess
 def test_outputs_and_summary(tmp_path):
     run = tmp_path / "run"
-    proc = cli(*BASE, "--set", f"run.dir={run}", "--set", "training.steps=6", "--set", "logging.tensorboard=true",
-               "--set", "training.val_every=3")
+    proc = cli("train", *BASE, "--set", f"run.dir={run}", "--set", "training.steps=6",
+               "--set", "logging.tensorboard=true", "--set", "training.val_every=3")
     assert proc.returncode == 0, proc.stderr
     for name in ("config.yaml", "metrics.jsonl", "loss.png", "summary.txt", "logs/rank_0.log"):
         assert (run / name).exists(), name
@@ -198,7 +141,7 @@ def test_non_finite_loss_can_be_skipped(tmp_path, monkeypatch):
 ])
 @pytest.mark.multiprocess
 def test_config_errors_exit_2_with_one_line(args, message):
-    proc = cli(*args, timeout=60)
+    proc = cli("train", *args, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from neural_arch.cli import main
-from tests.apps.gpt.helpers import CONTEXT, VAL_FRACTION, make_corpus, write_texts
+from tests.helpers.gpt_corpus import CONTEXT, VAL_FRACTION, make_corpus, write_texts
 from tests.helpers.paths import REPO
 
 

@@ -13,7 +13,7 @@ import pytest
 from neural_arch.apps.gpt.baselines import byte_baselines
 from neural_arch.apps.gpt.corpus import NOT_LIBRARY, Corpus, create_corpus, resolve_sources
 from neural_arch.training.typed_config import ConfigError
-from tests.apps.gpt.helpers import CONTEXT, VAL_FRACTION, make_corpus, write_texts
+from tests.helpers.gpt_corpus import CONTEXT, VAL_FRACTION, make_corpus, write_texts
 from tests.helpers.multiproc import run_ranks
 
 

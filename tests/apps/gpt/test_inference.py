@@ -18,7 +18,7 @@ from neural_arch.cli import main
 from neural_arch.cli.checkpoints import read_checkpoint
 from neural_arch.training.config import load_config
 from neural_arch.training.trainer import train
-from tests.apps.gpt.helpers import CONTEXT, VAL_FRACTION, make_corpus
+from tests.helpers.gpt_corpus import CONTEXT, VAL_FRACTION, make_corpus
 from tests.helpers.paths import REPO
 
 pytestmark = pytest.mark.multiprocess  # trains a model and runs the console script

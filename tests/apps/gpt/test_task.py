@@ -16,7 +16,7 @@ from neural_arch.apps.gpt.task import GPTTask
 from neural_arch.distributed.checkpoint import load_checkpoint
 from neural_arch.training.config import load_config
 from neural_arch.training.typed_config import ConfigError
-from tests.apps.gpt.helpers import CONTEXT, VAL_FRACTION, make_corpus
+from tests.helpers.gpt_corpus import CONTEXT, VAL_FRACTION, make_corpus
 from tests.helpers.multiproc import run_ranks
 
 TINY = ["run.task=gpt", "model.d_model=16", "model.n_layers=2", "model.n_heads=2", "model.mlp_ratio=2",

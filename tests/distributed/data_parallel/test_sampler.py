@@ -15,7 +15,7 @@ import torch
 import torch.utils.data as tud
 
 from neural_arch.distributed import DistributedSampler, IndexBatch, init_process_group
-from tests.distributed.data_parallel.sampler_refs import interleave, reference_order, samplers, shares
+from tests.helpers.sampler_refs import interleave, reference_order, samplers, shares
 from tests.helpers.multiproc import run_ranks
 
 

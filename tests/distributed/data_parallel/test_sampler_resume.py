@@ -7,7 +7,7 @@ Run: ``.venv/bin/python -m pytest tests/distributed/data_parallel/test_sampler_r
 import pytest
 
 from neural_arch.distributed import DistributedSampler
-from tests.distributed.data_parallel.sampler_refs import interleave, reference_order, samplers
+from tests.helpers.sampler_refs import interleave, reference_order, samplers
 
 
 def consume(world_size, n, steps, batch_size=None, epoch=1):

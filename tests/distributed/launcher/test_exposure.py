@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from neural_arch.distributed.launcher.scratch import leftovers
-from tests.distributed.launcher.proc_tree import alive, is_loopback, listening, process_tree
+from tests.helpers.proc_tree import alive, is_loopback, listening, process_tree
 from tests.helpers.multiproc import free_port
 from tests.helpers.paths import SCRIPTS
-from tests.training.test_stop import LONG, wait_for_rows
+from tests.helpers.long_run import LONG, wait_for_rows
 
 pytestmark = pytest.mark.multiprocess  # every test here runs launchers and their workers
 

@@ -17,7 +17,7 @@ from neural_arch.distributed.env import ClusterEnv
 from neural_arch.distributed.launcher import DistributedLauncher, LaunchConfig
 from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken, claim_job, resolve_job_token
 from neural_arch.distributed.launcher.listen import loopback_interface, rendezvous_store, serving_store
-from tests.distributed.launcher.proc_tree import listening
+from tests.helpers.proc_tree import listening
 
 TIMEOUT = timedelta(seconds=10)
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.distributed.launcher.proc_tree import alive
+from tests.helpers.proc_tree import alive
 
 pytestmark = pytest.mark.multiprocess
 

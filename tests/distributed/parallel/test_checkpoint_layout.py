@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from neural_arch.apps.gpt.parallelize import parallel_plan
 from neural_arch.distributed import init_process_group
 from neural_arch.distributed.parallel import ParallelLayout, build_mesh, dcp_restore, dcp_savable, parallelize_model
-from tests.distributed.parallel.gpt_runs import Setup, build_model, data, sample_loss
+from tests.helpers.gpt_runs import Setup, build_model, data, sample_loss
 from tests.helpers.multiproc import run_ranks
 
 pytestmark = pytest.mark.multiprocess

@@ -13,7 +13,7 @@ from neural_arch.distributed.parallel import (
     ParallelLayout, apply_activation_checkpointing, check_plan, data_parallel_loss, even_split, layout_from_dict,
     TensorPlan, local_stages, pad_rows, validate,
 )
-from tests.distributed.parallel.gpt_runs import Setup, build_model, data, reference_run, sample_loss
+from tests.helpers.gpt_runs import Setup, build_model, data, reference_run, sample_loss
 
 BAD = [
     (dict(dp_shard=2), 4, "dp_replicate*dp_shard*tp*pp = 1*2*1*1 = 2 but the world has 4 processes; make the product 4"),

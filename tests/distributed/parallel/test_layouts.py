@@ -14,7 +14,7 @@ sequence seen by the norms). Several layouts share one process start
 import pytest
 
 from neural_arch.distributed.parallel import ParallelLayout
-from tests.distributed.parallel.gpt_runs import Run, Setup, compare, reference_run, runs_worker
+from tests.helpers.gpt_runs import Run, Setup, compare, reference_run, runs_worker
 from tests.helpers.multiproc import run_ranks
 
 pytestmark = pytest.mark.multiprocess

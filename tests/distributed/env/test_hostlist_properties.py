@@ -1,6 +1,6 @@
 """Properties of SLURM hostlist expansion (``expand_hostlist``) for generated expressions.
 
-Run: ``.venv/bin/python -m pytest tests/properties/test_hostlist.py -q``
+Run: ``.venv/bin/python -m pytest tests/distributed/env/test_hostlist_properties.py -q``
 Expressions are built from a structure (prefix, bracket groups of numbers and zero-padded
 ranges, suffix); the expected host list is computed from that structure directly (cartesian
 product, leftmost group slowest), not by parsing. Garbage input must raise a one-line
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from neural_arch.distributed.env import expand_hostlist
-from tests.properties.settings import PROPERTY
+from tests.helpers.property_settings import PROPERTY
 
 names = st.from_regex(r"[a-z][a-z0-9_.]{0,6}", fullmatch=True)
 literals = st.from_regex(r"[a-z_.-]{0,4}", fullmatch=True)

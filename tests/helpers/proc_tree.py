@@ -1,8 +1,9 @@
 """What a running job looks like from /proc: its process tree, listening sockets, survivors.
 
-Use (Linux): ``tree = process_tree(launcher.pid)``; ``listening(tree)`` -> ``[(pid, "127.0.0.1", 40123), ...]``;
-``alive(pids)`` -> the pids still running (zombies do not count). Shared by the exposure and
-orphan tests; reads only /proc, so it sees exactly what the kernel sees.
+Use (Linux): ``from tests.helpers.proc_tree import alive, listening, process_tree``;
+``tree = process_tree(launcher.pid)``; ``listening(tree)`` -> ``[(pid, "127.0.0.1", 40123), ...]``;
+``alive(pids)`` -> the pids still running (zombies do not count). Shared by the launcher and
+trainer tests; reads only /proc, so it sees exactly what the kernel sees.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Properties of ``DistributedSampler`` for any dataset size, world size, global batch and seed.
 
-Run: ``.venv/bin/python -m pytest tests/properties/test_sampler.py -q``
+Run: ``.venv/bin/python -m pytest tests/distributed/data_parallel/test_sampler_properties.py -q``
 The reference is the epoch's global order (``torch.randperm`` seeded with seed + epoch, as
 torch's own sampler draws it), computed here independently of the sampler.
 """
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from neural_arch.distributed import DistributedSampler
-from tests.properties.settings import PROPERTY
+from tests.helpers.property_settings import PROPERTY
 
 sizes = st.integers(0, 120)
 worlds = st.integers(1, 8)

@@ -1,7 +1,7 @@
 """Properties of the typed config: any valid values survive --set -> Config -> YAML -> Config,
 and any bad value or key is one ``ConfigError`` line naming the key.
 
-Run: ``.venv/bin/python -m pytest tests/properties/test_config.py -q``
+Run: ``.venv/bin/python -m pytest tests/training/test_config_properties.py -q``
 Values are drawn for the framework's own sections (run, optim, schedule, training,
 checkpoint, logging) within their documented ranges; the bad ones just outside them.
 """
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from neural_arch.training.config import Config, load_config, save_config
 from neural_arch.training.typed_config import ConfigError
-from tests.properties.settings import PROPERTY
+from tests.helpers.property_settings import PROPERTY
 
 words = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,15}", fullmatch=True)
 unit = st.floats(0, 1)

@@ -1,6 +1,7 @@
 """A tiny text corpus for the GPT app's tests: a dozen deterministic text files in a folder.
 
-Use: ``src = write_texts(tmp_path / "src")``; ``make_corpus(tmp_path)`` also builds it.
+Use: ``from tests.helpers.gpt_corpus import CONTEXT, VAL_FRACTION, make_corpus, write_texts``;
+``src = write_texts(tmp_path / "src")``; ``make_corpus(tmp_path)`` also builds the corpus from it.
 """
 
 import random
