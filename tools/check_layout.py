@@ -4,15 +4,17 @@ Run: ``python tools/check_layout.py [neural_arch]`` (default: ``neural_arch/``).
 Exits 1 listing one violation per line as ``path:line: what is wrong (limit)``; exits 0
 with a one-line summary otherwise. Checks:
 
-- import cycles among the package's modules, counting module-level imports only (an
-  import inside a function is the deliberate lazy way to break a load-time cycle) and
-  ignoring imports under ``if TYPE_CHECKING:``;
+- import cycles among the package's modules, counting imports inside functions too (a
+  lazy import only postpones a cycle to the first call; it still ties the two modules
+  together, so the shared piece belongs in a module of its own) and ignoring imports
+  under ``if TYPE_CHECKING:`` (never run, only read by type checkers);
 - files longer than 300 physical lines; functions/methods longer than 60 lines
   (``def`` line to last line, decorators excluded);
 - model files (``apps/<name>/model.py``, ``models*.py``) never import
   ``<pkg>.distributed`` or ``torch.distributed``;
-- the framework (``distributed/``, ``training/``, ``cli/``) never imports an application
-  module ``<pkg>.apps.<name>`` (the registry ``<pkg>.apps`` itself is allowed).
+- the framework (``distributed/``, ``training/``, ``cli/``) imports nothing from
+  ``<pkg>.apps`` (neither ``<pkg>.apps`` itself nor ``<pkg>.apps.<name>``), in functions
+  too: the built-in apps reach it as ``neural_arch.tasks`` entry points, like any other.
 
 Import graph: ``import a.b.c`` and ``from a.b import c`` run the ``__init__`` of every
 parent package, so they count as imports of those parents too -- except parents that
@@ -43,8 +45,8 @@ class Module:
         self.name, self.path, self.is_pkg = name, path, is_pkg
         self.text = path.read_text(encoding="utf-8", errors="replace")
         self.tree: ast.Module | None = None
-        # (line, base module or None, imported names or None, level, lazy, type_checking)
-        self.imports: list[tuple[int, str | None, list[str] | None, int, bool, bool]] = []
+        # (line, base module or None, imported names or None, level, type_checking)
+        self.imports: list[tuple[int, str | None, list[str] | None, int, bool]] = []
 
 
 def discover(root: Path) -> dict[str, Module]:
@@ -67,23 +69,22 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def collect_imports(mod: Module, node: ast.AST, lazy: bool = False, tc: bool = False) -> None:
-    """Record every import under ``node``, flagged lazy (in a function) and/or TYPE_CHECKING."""
+def collect_imports(mod: Module, node: ast.AST, tc: bool = False) -> None:
+    """Record every import under ``node`` (in functions too), flagged if under TYPE_CHECKING."""
     if isinstance(node, ast.Import):
         for alias in node.names:
-            mod.imports.append((node.lineno, alias.name, None, 0, lazy, tc))
+            mod.imports.append((node.lineno, alias.name, None, 0, tc))
     elif isinstance(node, ast.ImportFrom):
         names = [alias.name for alias in node.names]
-        mod.imports.append((node.lineno, node.module, names, node.level, lazy, tc))
+        mod.imports.append((node.lineno, node.module, names, node.level, tc))
     elif isinstance(node, ast.If) and _is_type_checking(node.test):
         for child in node.body:
-            collect_imports(mod, child, lazy, True)
+            collect_imports(mod, child, True)
         for child in node.orelse:
-            collect_imports(mod, child, lazy, tc)
+            collect_imports(mod, child, tc)
     else:
-        inner = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         for child in ast.iter_child_nodes(node):
-            collect_imports(mod, child, inner, tc)
+            collect_imports(mod, child, tc)
 
 
 def resolve(mod: Module, base: str | None, names: list[str] | None, level: int,
@@ -107,11 +108,11 @@ def resolve(mod: Module, base: str | None, names: list[str] | None, level: int,
 
 
 def graph_edges(mod: Module, known: dict[str, Module]) -> dict[str, int]:
-    """Module-level import edges from ``mod`` to package modules, with the first line."""
+    """Import edges from ``mod`` to package modules (function-level ones included), with the first line."""
     own_ancestors = {mod.name.rsplit(".", i)[0] for i in range(mod.name.count(".") + 1)}
     edges: dict[str, int] = {}
-    for line, base, names, level, lazy, tc in mod.imports:
-        if lazy or tc:
+    for line, base, names, level, tc in mod.imports:
+        if tc:
             continue
         for target in resolve(mod, base, names, level, known):
             parts = target.split(".")
@@ -187,7 +188,7 @@ def check_cycles(modules: dict[str, Module]) -> list[str]:
         chain = " -> ".join([*cycle, cycle[0]])
         line = graph[cycle[0]][cycle[1]]
         problems.append(f"{modules[cycle[0]].path}:{line}: import cycle {chain} "
-                        "(limit: no cycles among module-level imports)")
+                        "(limit: no import cycles, imports inside functions included)")
     return problems
 
 
@@ -225,17 +226,17 @@ def check_import_rules(mod: Module, root: Path, modules: dict[str, Module]) -> l
     is_model = in_app and (rel[-1] == "model.py" or fnmatch.fnmatch(rel[-1], "models*.py"))
     is_framework = rel[0] in FRAMEWORK_DIRS or rel[0] == "cli.py"
     problems = []
-    for line, base, names, level, _lazy, _tc in mod.imports:
+    for line, base, names, level, _tc in mod.imports:
         for target in resolve(mod, base, names, level, modules):
             if is_model and any(target == f or target.startswith(f + ".")
                                 for f in (f"{pkg}.distributed", "torch.distributed")):
                 problems.append(f"{mod.path}:{line}: model file imports {target} (limit: model "
                                 "files never import neural_arch.distributed or torch.distributed;"
                                 " parallelism is applied from outside)")
-            if is_framework and target.startswith(f"{pkg}.apps."):
-                problems.append(f"{mod.path}:{line}: framework module imports application "
-                                f"module {target} (limit: distributed/, training/, cli/ name no "
-                                f"application; apps register a task via {pkg}.apps)")
+            if is_framework and (target == f"{pkg}.apps" or target.startswith(f"{pkg}.apps.")):
+                problems.append(f"{mod.path}:{line}: framework module imports {target} (limit: "
+                                "distributed/, training/, cli/ import nothing from apps/; an app is "
+                                "found by its task name in the neural_arch.tasks entry points)")
     return problems
 
 

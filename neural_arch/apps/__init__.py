@@ -1,16 +1,14 @@
 """Applications: one folder each, holding everything that is specific to it.
 
+Run one: ``neural-arch train --config configs/tiny.yaml`` (the config's ``run.task`` names the app).
+
 Each ``apps/<name>/`` has its config sections (``config.py``), data creation and reading,
 its model (plain PyTorch, no distributed imports), its ``Task`` (loss, metrics, baselines,
 report, export builder) and, where it has one, a parallelize plan. The framework
-(``neural_arch.training``, ``neural_arch.distributed``, ``neural_arch.cli``) never imports
-an application: it looks the ``run.task`` name up in the registry below (imported lazily,
-so importing this package imports no application). Add your own application outside this
-package with ``neural_arch.training.registry.register_task`` or ``run.task: pkg.mod:Class``.
+(``neural_arch.training``, ``neural_arch.distributed``, ``neural_arch.cli``) imports nothing
+from here: each app's ``Task`` is declared as a ``neural_arch.tasks`` entry point in
+pyproject.toml, and the registry (``neural_arch.training.registry``) finds it by the
+``run.task`` name, the same way it finds an application installed from another package.
+Add your own with an entry point of your package, ``register_task``, or
+``run.task: pkg.mod:Class``.
 """
-
-BUILTIN_TASKS = {"regression": "neural_arch.apps.regression.task:RegressionTask", "icenet": "neural_arch.apps.icenet.task:IceNetTask",
-                 "gpt": "neural_arch.apps.gpt.task:GPTTask"}
-"""Built-in applications: task name -> ``module:Class`` (imported only when a config names it)."""
-DEFAULT_TASK = "regression"
-"""The task of a config that names none: the small MLP, so an empty config trains in a second."""

@@ -5,15 +5,20 @@ Used by config.py's ``validate_config``: ``check_batch_sizes(cfg.training, world
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
 from neural_arch.training.typed_config import ConfigError
 
-if TYPE_CHECKING:
-    from neural_arch.training.config import TrainingConfig
+
+class BatchSettings(Protocol):
+    """The two ``training:`` fields checked here; ``TrainingConfig`` is one. A protocol rather
+    than ``TrainingConfig`` itself, because config.py imports this module."""
+
+    global_batch_size: int
+    grad_accum_steps: int
 
 
-def check_batch_sizes(training: TrainingConfig, world_size: Optional[int], dp_ranks: Optional[int],
+def check_batch_sizes(training: BatchSettings, world_size: Optional[int], dp_ranks: Optional[int],
                       microbatches: int = 1) -> None:
     """``dp_ranks``: the ranks that share each global batch (the world, or a layout's dp_size);
     ``microbatches``: a pipeline's parts of each share."""

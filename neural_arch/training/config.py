@@ -22,7 +22,6 @@ from typing import Any, Literal, Optional, Sequence
 
 import yaml
 
-from neural_arch.apps import DEFAULT_TASK
 from neural_arch.distributed.parallel.layout import ParallelLayout
 from neural_arch.distributed.data_parallel.compression import Compression
 from neural_arch.training.batch_sizes import check_batch_sizes
@@ -41,8 +40,9 @@ class RunConfig:
     """Directory for checkpoints, metrics and the saved config."""
     seed: int = 0
     """Seed for weights and data order (same seed => same run at any world size)."""
-    task: str = DEFAULT_TASK
-    """The application: a task name (see ``neural_arch.apps``) or your own as ``package.module:TaskClass``."""
+    task: str = "regression"
+    """The application: an installed task's name (a ``neural_arch.tasks`` entry point; the default is the small
+    MLP, so an empty config trains in a second) or your own as ``package.module:TaskClass``."""
 
 
 @dataclass

@@ -6,12 +6,14 @@ Use::
     register_task("toy", ToyTask)          # then run.task: toy (in this process)
     task_class(cfg.run.task)               # a built-in application is imported on first use
 
-A name resolves, in this order, to: a class registered in this process; a built-in
-application (``neural_arch.apps.BUILTIN_TASKS``); an installed package's entry point in the
-``neural_arch.tasks`` group; or, when it has the form ``package.module:ClassName``, that
-class imported from that module. The last two work in every worker process without any
-code, so a job started by a launcher, srun or mpirun finds the same task on every rank.
-Applications are imported only when named, so the framework imports none of them.
+A name resolves, in this order, to: a class registered in this process; an installed
+package's entry point in the ``neural_arch.tasks`` group; or, when it has the form
+``package.module:ClassName``, that class imported from that module. The built-in
+applications are entry points too, declared in pyproject.toml like any other package's
+(``pip install -e .`` registers them), so the framework imports nothing from
+``neural_arch.apps``. The last two work in every worker process without any code, so a
+job started by a launcher, srun or mpirun finds the same task on every rank. Applications
+are imported only when named.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
-from neural_arch.apps import BUILTIN_TASKS
 from neural_arch.training.task import Task
 from neural_arch.training.typed_config import ConfigError, hint
 
@@ -38,23 +39,31 @@ def register_task(name: str, cls: type[Task]) -> None:
 def known_tasks() -> list[str]:
     """Every name ``task_class`` accepts without the ``module:Class`` form."""
     installed = [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
-    return sorted({*_registered, *BUILTIN_TASKS, *installed})
+    return sorted({*_registered, *installed})
 
 
 def task_class(name: str) -> type[Task]:
     """The ``Task`` subclass for ``name``; ``ConfigError`` naming the known tasks if none."""
     if name in _registered:
         return _registered[name]
-    if name in BUILTIN_TASKS:
-        return _checked(name, _import(BUILTIN_TASKS[name], name))
     installed = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
     if installed:
         return _checked(name, installed[0].load())
     if ":" in name:
         return _checked(name, _import(name, name))
-    known = known_tasks()
-    raise ConfigError(f"run.task={name!r} is not a known task{hint(name, known)}; known tasks: {', '.join(known)}; "
-                      "or give your own as 'package.module:TaskClass'")
+    raise ConfigError(_unknown(name, known_tasks()))
+
+
+def _unknown(name: str, known: list[str]) -> str:
+    """What was asked, what is installed, and the ways to make the name known."""
+    if not known:  # the usual cause: running from a source tree that was never pip-installed
+        found = (f"no tasks are installed (the {ENTRY_POINT_GROUP!r} entry-point group is empty): install "
+                 "neural_arch (pip install -e . in its checkout) to register the built-in apps")
+    else:
+        found = f"installed tasks: {', '.join(known)}"
+    return (f"run.task={name!r} is not a known task{hint(name, known)}; {found}; to add one, install the package "
+            f"that declares it as a {ENTRY_POINT_GROUP!r} entry point, call register_task, or give your own as "
+            "'package.module:TaskClass'")
 
 
 def _import(target: str, name: str) -> Any:

@@ -1,7 +1,12 @@
-"""One optimizer step and one exact validation pass: the inside of the training loop.
+"""The inside of the training loop: forward/backward, the optimizer step, exact validation.
 
-Used by trainer.py: ``train_step(parts, batch)`` and ``evaluate(parts)``; ``parts`` is a
-``TrainingComponents``. Every rank calls them with its share of the same global batch.
+Used by trainer.py, on every rank with its share of the same global batch::
+
+    loss_sum = forward_backward(components, batch, inputs)   # gradients of the global batch's mean
+    optimizer_step(components, loss_sum)                     # unscale, clip, step, schedule
+    metrics = evaluate(components)                           # the whole validation split, exact
+
+``components`` is the run's ``TrainingComponents``.
 """
 
 from __future__ import annotations
@@ -19,86 +24,93 @@ from neural_arch.training.components import TrainingComponents
 from neural_arch.training.placement import Placement
 
 
-def train_step(parts: TrainingComponents, batch: nd.IndexBatch,
-               inputs: Optional[list[dict[str, torch.Tensor]]] = None) -> torch.Tensor:
-    """One optimizer step on one global batch; returns this rank's (loss sum, samples).
+def forward_backward(components: TrainingComponents, batch: nd.IndexBatch,
+                     inputs: Optional[list[dict[str, torch.Tensor]]] = None) -> torch.Tensor:
+    """Gradients of one global batch's mean loss on every rank; returns this rank's (loss sum, samples).
 
-    ``inputs``: ``step_inputs(parts, batch)`` when the caller built them already (prefetch)."""
-    place = parts.placement
-    inputs = step_inputs(parts, batch) if inputs is None else inputs
-    parts.optimizer.zero_grad(set_to_none=True)
-    local = _pipeline_pass(parts, batch, inputs[0]) if place.pipeline is not None else _accumulate(parts, batch, inputs)
-    parts.scaler.unscale_(parts.optimizer)
+    ``inputs``: ``step_inputs(components, batch)`` when the caller built them already (prefetch)."""
+    inputs = step_inputs(components, batch) if inputs is None else inputs
+    components.optimizer.zero_grad(set_to_none=True)
+    if components.placement.pipeline is not None:
+        return _pipeline_pass(components, batch, inputs[0])
+    return _accumulate(components, batch, inputs)
+
+
+def optimizer_step(components: TrainingComponents, loss_sum: torch.Tensor) -> None:
+    """Unscale, clip and apply the gradients, then advance the LR schedule; a non-finite gradient
+    stops or skips the step per ``training.nan_policy`` (``loss_sum`` names the ranks)."""
+    placement, scaler = components.placement, components.scaler
+    scaler.unscale_(components.optimizer)
     # The gradients were averaged over ranks, so this norm (and the decision below) is the
     # same on every rank without another collective (a pipeline adds its ranks' parts).
-    norm = gradient_norm(place)  # one read of the gradients (clip_grad_norm_ with inf also rescales)
-    if parts.cfg.training.grad_clip is not None and torch.isfinite(norm):
-        clip_to([q for q in place.model.parameters() if q.grad is not None], parts.cfg.training.grad_clip, norm)
-    if not torch.isfinite(norm) and not parts.scaler.is_enabled():  # fp16's scaler skips such steps itself
-        _non_finite(parts, local)
-        return local
-    parts.scaler.step(parts.optimizer)
-    parts.scaler.update()
-    parts.scheduler.step()
-    return local
+    norm = gradient_norm(placement)  # one read of the gradients (clip_grad_norm_ with inf also rescales)
+    if components.cfg.training.grad_clip is not None and torch.isfinite(norm):
+        clip_to([q for q in placement.model.parameters() if q.grad is not None], components.cfg.training.grad_clip,
+                norm)
+    if not torch.isfinite(norm) and not scaler.is_enabled():  # fp16's scaler skips such steps itself
+        _non_finite(components, loss_sum)
+        return
+    scaler.step(components.optimizer)
+    scaler.update()
+    components.scheduler.step()
 
 
-def step_inputs(parts: TrainingComponents, batch: nd.IndexBatch) -> list[dict[str, torch.Tensor]]:
+def step_inputs(components: TrainingComponents, batch: nd.IndexBatch) -> list[dict[str, torch.Tensor]]:
     """This rank's data for one global batch: one padded dict per micro-batch (a pipeline:
     one dict, which its schedule splits). A pure function of the ids, so it may run ahead."""
-    cfg, place = parts.cfg, parts.placement
+    cfg, placement = components.cfg, components.placement
     ids = torch.tensor(batch, dtype=torch.long)
-    with autocast_context(cfg, parts.device):  # as the step itself runs (autocast state is per thread)
-        if place.pipeline is not None:
-            return [parts.task.batch("train", ids, parts.device)]
-        return [padded(parts.task.batch("train", part, parts.device), place.min_rows)
-                for part in _micro_ids(parts, batch)]
+    with autocast_context(cfg, components.device):  # as the step itself runs (autocast state is per thread)
+        if placement.pipeline is not None:
+            return [components.task.batch("train", ids, components.device)]
+        return [padded(components.task.batch("train", part, components.device), placement.min_rows)
+                for part in _micro_ids(components, batch)]
 
 
-def _micro_ids(parts: TrainingComponents, batch: nd.IndexBatch) -> tuple[torch.Tensor, ...]:
-    return torch.tensor_split(torch.tensor(batch, dtype=torch.long), parts.cfg.training.grad_accum_steps)
+def _micro_ids(components: TrainingComponents, batch: nd.IndexBatch) -> tuple[torch.Tensor, ...]:
+    return torch.tensor_split(torch.tensor(batch, dtype=torch.long), components.cfg.training.grad_accum_steps)
 
 
-def _accumulate(parts: TrainingComponents, batch: nd.IndexBatch, inputs: list[dict[str, torch.Tensor]]) -> torch.Tensor:
+def _accumulate(components: TrainingComponents, batch: nd.IndexBatch, inputs: list[dict[str, torch.Tensor]]) -> torch.Tensor:
     """Forward and backward of this rank's share in ``grad_accum_steps`` parts; (loss sum, samples)."""
-    cfg, place = parts.cfg, parts.placement
+    cfg, placement = components.cfg, components.placement
     local = torch.zeros(2, dtype=torch.float64)
-    micro = _micro_ids(parts, batch)
+    micro = _micro_ids(components, batch)
     for j, (part, rows) in enumerate(zip(micro, inputs)):
         # All but the last micro-batch accumulate locally; the last one averages the total.
-        sync = contextlib.nullcontext() if j == len(micro) - 1 else place.no_sync()
-        with sync, autocast_context(cfg, parts.device):
-            per_sample = parts.task.loss(place.model, rows)
+        sync = contextlib.nullcontext() if j == len(micro) - 1 else placement.no_sync()
+        with sync, autocast_context(cfg, components.device):
+            per_sample = components.task.loss(placement.model, rows)
             # Weighted by the ranks that see different samples, so the data-parallel average is
             # the gradient of the global batch's mean (padding rows, if any, weigh exactly 0).
-            loss = data_parallel_loss(per_sample, batch.global_size, place.dp_size,
-                                      valid=len(part) if place.min_rows else None)
-        parts.scaler.scale(loss).backward()
-        if place.leader:  # tensor-parallel peers computed the same samples: count them once
+            loss = data_parallel_loss(per_sample, batch.global_size, placement.dp_size,
+                                      valid=len(part) if placement.min_rows else None)
+        components.scaler.scale(loss).backward()
+        if placement.leader:  # tensor-parallel peers computed the same samples: count them once
             local[0] += per_sample.detach()[: len(part)].double().sum().cpu()
-    local[1] = len(batch) if place.leader else 0
+    local[1] = len(batch) if placement.leader else 0
     return local
 
 
-def _pipeline_pass(parts: TrainingComponents, batch: nd.IndexBatch, rows: dict[str, torch.Tensor]) -> torch.Tensor:
+def _pipeline_pass(components: TrainingComponents, batch: nd.IndexBatch, rows: dict[str, torch.Tensor]) -> torch.Tensor:
     """The pipeline schedule's forwards and backwards over this rank's share; (loss sum, samples)."""
-    place, task = parts.placement, parts.task
-    with autocast_context(parts.cfg, parts.device):
+    placement, task = components.placement, components.task
+    with autocast_context(components.cfg, components.device):
         inputs, targets = task.split_batch(rows)
         # Micro-batches are the schedule's; each loss is weighted by the global batch (step.py of the library).
-        total = place.pipeline.step(inputs, targets, batch.global_size)
-    if not place.leader:  # pipeline and tensor peers return the same sum: count it once
+        total = placement.pipeline.step(inputs, targets, batch.global_size)
+    if not placement.leader:  # pipeline and tensor peers return the same sum: count it once
         return torch.zeros(2, dtype=torch.float64)
     return torch.tensor([total, float(len(batch))], dtype=torch.float64)
 
 
-def gradient_norm(place: Placement) -> torch.Tensor:
+def gradient_norm(placement: Placement) -> torch.Tensor:
     """The 2-norm of the whole model's gradient, the same on every rank."""
-    norm = total_norm([q.grad for q in place.norm_parameters() if q.grad is not None])
-    if place.pipeline is None:
+    norm = total_norm([q.grad for q in placement.norm_parameters() if q.grad is not None])
+    if placement.pipeline is None:
         return norm
     squared = (norm.double() ** 2).reshape(1)  # each pipeline rank holds some stages' gradients
-    torch.distributed.all_reduce(squared, group=place.pipeline.group)
+    torch.distributed.all_reduce(squared, group=placement.pipeline.group)
     return squared.sqrt()[0].to(norm.dtype)
 
 
@@ -137,36 +149,36 @@ def _is_dtensor(tensor: torch.Tensor) -> bool:
     return module is not None and isinstance(tensor, module.DTensor)
 
 
-def _non_finite(parts: TrainingComponents, local: torch.Tensor) -> None:
+def _non_finite(components: TrainingComponents, local: torch.Tensor) -> None:
     """Stop (naming the step and ranks) or skip the step, identically on every rank."""
     sums = [float(s[0]) for s in nd.all_gather(local, check=False)]
     bad = [r for r, s in enumerate(sums) if not torch.isfinite(torch.tensor(s))]
     where = f"non-finite loss on rank(s) {bad}" if bad else "finite losses but non-finite gradients"
-    if parts.cfg.training.nan_policy == "stop":
+    if components.cfg.training.nan_policy == "stop":
         raise FloatingPointError(
-            f"training diverged at step {parts.step + 1} ({where}); lower optim.lr, set training.grad_clip, "
+            f"training diverged at step {components.step + 1} ({where}); lower optim.lr, set training.grad_clip, "
             "or set training.nan_policy=skip to skip such steps."
         )
-    parts.optimizer.zero_grad(set_to_none=True)
-    parts.scheduler.step()
+    components.optimizer.zero_grad(set_to_none=True)
+    components.scheduler.step()
 
 
 @torch.no_grad()
-def evaluate(parts: TrainingComponents) -> dict[str, float]:
+def evaluate(components: TrainingComponents) -> dict[str, float]:
     """Exact global validation metrics: the task's sums over every rank's share, no padding."""
-    task, cfg, place = parts.task, parts.cfg, parts.placement
+    task, cfg, placement = components.task, components.cfg, components.placement
     if task.val_size == 0:
         return {}
     sampler = nd.DistributedSampler(dataset_size=task.val_size, batch_size=cfg.training.global_batch_size,
-                                    shuffle=False, rank=place.dp_rank, num_replicas=place.dp_size)
-    place.model.eval()
+                                    shuffle=False, rank=placement.dp_rank, num_replicas=placement.dp_size)
+    placement.model.eval()
     sums = None
     for batch in sampler:
-        with autocast_context(cfg, parts.device):
+        with autocast_context(cfg, components.device):
             ids = torch.tensor(batch, dtype=torch.long)
-            part = task.eval_sums(place.plain, padded(task.batch("val", ids, parts.device), place.min_rows))
-        if not place.leader or len(ids) == 0:
+            part = task.eval_sums(placement.plain, padded(task.batch("val", ids, components.device), placement.min_rows))
+        if not placement.leader or len(ids) == 0:
             part = torch.zeros_like(part)  # a padding row or a tensor peer's copy of the leader's sums
         sums = part if sums is None else sums + part
-    place.model.train()
+    placement.model.train()
     return task.finalize(nd.all_reduce(sums, check=False))

@@ -8,7 +8,8 @@ rank's share is split into ``grad_accum_steps`` micro-batches (all but the last 
 ``no_sync``) and weighted by the global batch size, so the update equals one process's
 on the same batch. Checkpoints hold everything needed to continue mid-epoch with the same
 result: weights, optimizer, scheduler, scaler, sampler position, step, every rank's RNG.
-``train`` reads top to bottom: set up, loop over global batches, finish.
+``Trainer.train`` reads top to bottom: set up, then per step batch, forward/backward,
+optimizer step, log, validate, save, stop; then finish.
 """
 
 from __future__ import annotations
@@ -18,30 +19,27 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
 import neural_arch.distributed as nd
-from neural_arch.distributed.checkpoint import load_checkpoint, save_checkpoint
+from neural_arch.distributed.checkpoint import save_checkpoint
 from neural_arch.distributed.checkpoint.layout import step_name
 from neural_arch.training.components import TrainingComponents
-from neural_arch.training.config import Config, save_config, validate_config
+from neural_arch.training.config import Config, save_config
 from neural_arch.training.heap import frozen_heap
-from neural_arch.training.registry import task_class
-from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
-from neural_arch.training.rng import seed_rank
-from neural_arch.training.run_lock import RunDirLock
-from neural_arch.training.sample_log import append_samples, forget_samples_after
 from neural_arch.training.prefetch import Prefetcher, next_batch
-from neural_arch.training.step import evaluate, step_inputs, train_step
-from neural_arch.training.typed_config import ConfigError
+from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
+from neural_arch.training.run_start import build_components, claimed_run_dir, finished_run_metrics, resume_from
+from neural_arch.training.sample_log import append_samples, forget_samples_after
+from neural_arch.training.step import evaluate, forward_backward, optimizer_step, step_inputs
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
 
 
 @dataclass
-class LoopRecord:
-    """What the loop measures on the way: throughput, step times, the last checkpoint and loss."""
+class RunProgress:
+    """What the loop measures on the way: throughput, step times, the logged loss, what was saved."""
 
     resumed_from: Optional[int]
     started: float = field(default_factory=time.perf_counter)
@@ -55,6 +53,12 @@ class LoopRecord:
     validated: Optional[tuple[int, dict[str, float]]] = None
     """(step, metrics) of the last validation pass, so the end of the run does not repeat it."""
 
+    def count(self, batch: nd.IndexBatch, loss_sum: torch.Tensor, seconds: float) -> None:
+        """Add one finished step: its global batch, this rank's (loss sum, samples) and its time."""
+        self.since_log += loss_sum
+        self.step_times.append(seconds)
+        self.samples += batch.global_size
+
 
 def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callable[[int], None]] = None,
           create_data: bool = False) -> dict[str, float]:
@@ -64,203 +68,170 @@ def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callab
     ``on_step(step)`` is called after every step (tests use it to inject faults).
     ``create_data``: first create the task's data if it is missing (every rank takes part).
     """
-    # ---- set up: process group, run directory (locked: one job per directory), data, model, resume
-    lock, run_dir = _claim_run_dir(cfg)
-    try:
-        return _train(cfg, run_dir, resume, on_step, create_data)
-    finally:
-        if lock is not None:
-            lock.release()
+    return Trainer(cfg, resume=resume, on_step=on_step, create_data=create_data).train()
 
 
-def _train(cfg: Config, run_dir: Path, resume: Optional[str], on_step: Optional[Callable[[int], None]],
-           create_data: bool) -> dict[str, float]:
-    parts = _set_up(cfg, create_data)
-    resumed = _resume(parts, resume or cfg.checkpoint.resume, run_dir / "checkpoints")
-    if resumed is not None and parts.step >= cfg.training.steps:
-        return _nothing_to_do(parts, run_dir)
-    if nd.get_rank() == 0:
-        save_config(cfg, run_dir / "config.yaml")
-    report = RunReporter(run_dir, nd.get_rank(), cfg.training.steps, parts.step, cfg.logging.progress, cfg.logging.tensorboard)
-    report.log.info("start: world %d, step %d%s", nd.get_world_size(), parts.step,
-                    f" (resumed from step {resumed})" if resumed else "")
-    if cfg.logging.record_samples and nd.get_rank() == 0:
-        forget_samples_after(run_dir, parts.step)  # steps past the checkpoint are trained again now
-    record = LoopRecord(resumed_from=resumed, last_saved=resumed)
-    # ---- loop: one global batch per optimizer step, epoch after epoch; a stop signal ends it saved
-    with StopSignals() as stop, Prefetcher(partial(step_inputs, parts), enabled=cfg.training.prefetch) as ahead, \
-            frozen_heap():  # full GC passes skip set-up's objects (heap.py)
-        while parts.step < cfg.training.steps:
-            for batch in parts.sampler:
-                _one_step(parts, batch, ahead, record, report, run_dir)
-                if on_step is not None:
-                    on_step(parts.step)
-                signum = stop.agreed(force=_slow_or_last(cfg, parts.step))
-                if signum is not None:
-                    _stop(parts, record, report, run_dir, signum)
-                if parts.step >= cfg.training.steps:
-                    break
-            else:
-                parts.sampler.set_epoch(parts.sampler.epoch + 1)
-    # ---- finish: final validation, last checkpoint, outputs
-    return _finish(parts, record, report, run_dir)
+class Trainer:
+    """One training run: its config and, once ``train()`` has set it up, everything it updates."""
+
+    run_dir: Path
+    components: TrainingComponents
+    """The task, placed model, optimizer, schedule, scaler, sampler and step count."""
+    progress: RunProgress
+    report: RunReporter
+
+    def __init__(self, cfg: Config, *, resume: Optional[str] = None,
+                 on_step: Optional[Callable[[int], None]] = None, create_data: bool = False) -> None:
+        self.cfg = cfg
+        self.resume = resume or cfg.checkpoint.resume
+        self.on_step = on_step
+        self.create_data = create_data
+
+    def train(self) -> dict[str, float]:
+        """Set up, train to ``training.steps``, finish; the final metrics (identical on every rank)."""
+        cfg, steps = self.cfg, self.cfg.training.steps
+        # ---- set up: process group, locked run directory, data, model, optimizer; resume from a checkpoint
+        with claimed_run_dir(cfg) as self.run_dir:
+            run = self.components = build_components(cfg, self.create_data)
+            resumed = resume_from(run, self.resume, self.run_dir / "checkpoints")
+            if resumed is not None and run.step >= steps:
+                return finished_run_metrics(run, self.run_dir)
+            self._open_outputs(resumed)
+            with StopSignals() as stop, frozen_heap(), \
+                    Prefetcher(partial(step_inputs, run), enabled=cfg.training.prefetch) as prefetch:
+                batches = global_batches(run.sampler)
+                while run.step < steps:
+                    # ---- batch: this rank's share of the next global batch (built while the last step ran)
+                    started = time.perf_counter()
+                    batch = next(batches)
+                    inputs = prefetch.take(batch)
+                    if run.step + 1 < steps:
+                        prefetch.start(next_batch(run.sampler))
+                    # ---- forward/backward, then the optimizer step: the same update on every rank
+                    loss_sum = forward_backward(run, batch, inputs)
+                    optimizer_step(run, loss_sum)
+                    run.step += 1
+                    self.progress.count(batch, loss_sum, time.perf_counter() - started)
+                    # ---- validate and log
+                    self._record_sample_ids(batch)
+                    validation = self._validate() if _due(run.step, cfg.training.val_every) else {}
+                    self._log(validation)
+                    # ---- save (the last step's checkpoint is written when the run finishes)
+                    if _due(run.step, cfg.checkpoint.every_steps) and run.step < steps:
+                        self._save(validation.get("val/loss"))
+                    # ---- stop: on a signal that any rank received, at the same step on every rank
+                    if self.on_step is not None:
+                        self.on_step(run.step)
+                    signum = stop.agreed(force=self._agree_on_stop_now())
+                    if signum is not None:
+                        self._stop(signum)
+            # ---- finish: final validation, last checkpoint, outputs
+            return self._finish()
+
+    def _open_outputs(self, resumed: Optional[int]) -> None:
+        """The run's config file, logs, progress bar and metrics (rank 0 writes the shared ones)."""
+        cfg, rank, step = self.cfg, nd.get_rank(), self.components.step
+        if rank == 0:
+            save_config(cfg, self.run_dir / "config.yaml")
+        self.report = RunReporter(self.run_dir, rank, cfg.training.steps, step, cfg.logging.progress,
+                                  cfg.logging.tensorboard)
+        self.report.log.info("start: world %d, step %d%s", nd.get_world_size(), step,
+                             f" (resumed from step {resumed})" if resumed else "")
+        if cfg.logging.record_samples and rank == 0:
+            forget_samples_after(self.run_dir, step)  # steps past the checkpoint are trained again now
+        self.progress = RunProgress(resumed_from=resumed, last_saved=resumed)
+
+    def _record_sample_ids(self, batch: nd.IndexBatch) -> None:
+        """``logging.record_samples``: which sample ids each rank trained on at this step."""
+        if self.cfg.logging.record_samples and self.components.placement.leader:  # tensor/pipeline peers: same ids
+            append_samples(self.run_dir, nd.get_rank(), self.components.step, list(batch))
+
+    def _validate(self) -> dict[str, float]:
+        """The exact validation metrics now, remembered so the end of the run does not repeat them."""
+        metrics = evaluate(self.components)
+        self.progress.validated = (self.components.step, dict(metrics))
+        return metrics
+
+    def _log(self, validation: dict[str, float]) -> None:
+        """A metrics row when one is due (or validation ran, or this is the last step); the progress bar."""
+        run, progress = self.components, self.progress
+        every, last = self.cfg.logging.every_steps, run.step == self.cfg.training.steps
+        if run.step % every == 0 or validation or last:
+            # One small all-reduce per log row: the exact mean loss over the interval.
+            total = nd.all_reduce(progress.since_log, check=False)
+            progress.loss = float(total[0] / total[1])
+            progress.since_log.zero_()
+            row = {"train/loss": progress.loss, "lr": run.scheduler.get_last_lr()[0],
+                   "epoch": float(run.sampler.epoch), **validation}
+            self.report.metrics(run.step, row)
+        self.report.progress(run.step, progress.loss, progress.samples / (time.perf_counter() - progress.started))
+
+    def _save(self, metric: Optional[float]) -> None:
+        run = self.components
+        save_checkpoint(self.run_dir / "checkpoints", run.step, run.checkpoint_state(),
+                        keep_last=self.cfg.checkpoint.keep_last, metric=metric, shards=run.shard_state())
+        self.progress.last_saved = run.step
+
+    def _agree_on_stop_now(self) -> bool:
+        """Whether this step was the last, or validated or saved (the same on every rank): ranks
+        then agree on stop signals at once, so none is lost at the end or delayed by a slow step."""
+        step, cfg = self.components.step, self.cfg
+        return step >= cfg.training.steps or _due(step, cfg.training.val_every) or _due(step, cfg.checkpoint.every_steps)
+
+    def _stop(self, signum: int) -> None:
+        """Save at this step (every rank agreed on the signal) and leave with ``TrainingStopped``."""
+        run = self.components
+        if self.progress.last_saved != run.step:
+            self._save(None)
+        checkpoint = self.run_dir / "checkpoints" / step_name(run.step)
+        self.report.log.info("stopped by signal %d at step %d; checkpoint %s", signum, run.step, checkpoint)
+        self.report.close()
+        requeue_if_asked(self.cfg.checkpoint.requeue_on_stop, signum)
+        raise TrainingStopped(signum, run.step, self.cfg.training.steps, str(checkpoint))
+
+    def _finish(self) -> dict[str, float]:
+        """Final validation and checkpoint (every rank), then the run's outputs (rank 0)."""
+        run, progress = self.components, self.progress
+        train_seconds = time.perf_counter() - progress.started
+        already = progress.validated is not None and progress.validated[0] == run.step
+        final = progress.validated[1] if already else evaluate(run)  # type: ignore[index]
+        if progress.last_saved != run.step:
+            self._save(final.get("val/loss"))
+        times = progress.step_times
+        mean_max = torch.tensor([sum(times) / max(len(times), 1), max(times, default=0.0)], dtype=torch.float64)
+        per_rank = [(float(a), float(b)) for a, b in nd.all_gather(mean_max)]
+        if final and not already:  # the last step's row holds them already
+            self.report.metrics(run.step, final)
+        self.report.close()
+        whole = run.placement.whole_model(run.task)  # collective for sharded layouts
+        if nd.get_rank() == 0:
+            throughput = {"processes": float(nd.get_world_size()),
+                          "samples_per_s": progress.samples / max(train_seconds, 1e-9),
+                          "train_seconds": train_seconds, "steps": float(len(times))}
+            self._write_outputs(whole, final, throughput, per_rank)
+        return final
+
+    def _write_outputs(self, whole: torch.nn.Module, final: dict[str, float], throughput: dict[str, float],
+                       per_rank: list[tuple[float, float]]) -> None:
+        """Rank 0: loss plot, the task's report, summary.txt/summary.json, the summary on stdout."""
+        run_dir, task = self.run_dir, self.components.task
+        if (run_dir / "metrics.jsonl").exists():
+            plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png")
+        task.report(run_dir, whole, final, throughput)
+        summary = format_summary(task.summary_metrics(final), throughput["train_seconds"], self.progress.samples,
+                                 per_rank, nd.get_world_size())
+        (run_dir / "summary.txt").write_text(summary + "\n")
+        (run_dir / "summary.json").write_text(json.dumps({**throughput, **final}, indent=2) + "\n")
+        print(summary, flush=True)
 
 
-def _slow_or_last(cfg: Config, step: int) -> bool:
-    """Whether ``step`` was the last, or validated or saved a checkpoint (the same on every rank):
-    ranks then agree on stop signals at once, so none is lost at the end or delayed by a slow step."""
-    val, every = cfg.training.val_every, cfg.checkpoint.every_steps
-    return step >= cfg.training.steps or bool(val and step % val == 0) or bool(every and step % every == 0)
+def global_batches(sampler: nd.DistributedSampler) -> Iterator[nd.IndexBatch]:
+    """The sampler's global batches from its current position on, epoch after epoch."""
+    while True:
+        yield from sampler
+        sampler.set_epoch(sampler.epoch + 1)
 
 
-def _claim_run_dir(cfg: Config) -> tuple[Optional[RunDirLock], Path]:
-    """Join the process group; rank 0 locks the run directory for the job's life. Every rank
-    raises the same one-line ConfigError when another job holds it."""
-    training = cfg.training
-    nd.init_process_group(backend=None if training.backend == "auto" else training.backend, timeout=training.timeout)
-    run_dir, lock, refused = Path(cfg.run.dir), None, None
-    if nd.get_rank() == 0:
-        try:
-            lock = RunDirLock.acquire(run_dir)
-        except ConfigError as exc:
-            refused = str(exc)
-    refused = nd.all_gather_object(refused)[0]
-    if refused is not None:
-        raise ConfigError(refused)
-    return lock, run_dir
-
-
-def _set_up(cfg: Config, create_data: bool) -> TrainingComponents:
-    rank = nd.get_rank()
-    validate_config(cfg, world_size=nd.get_world_size())  # again: torchrun/srun may start a world the config did not name
-    device = torch.device("cuda", torch.cuda.current_device()) if nd.get_backend() == "nccl" else torch.device("cpu")
-    task = task_class(cfg.run.task)
-    if create_data and _data_missing_on_rank_0(task, cfg):
-        task.create_data(cfg)  # collective: every rank writes its share
-    seed_rank(cfg.run.seed, rank)
-    return TrainingComponents.build(cfg, device)
-
-
-def _data_missing_on_rank_0(task: type, cfg: Config) -> bool:
-    """Rank 0's answer, on every rank: a rank asking later could find the store that rank 0 has
-    begun to create and skip the (collective) creation. A store rank 0 refuses (ConfigError:
-    damaged, wrong layout) is refused on every rank with the same line."""
-    answer: tuple[bool, Optional[str]] = (False, None)
-    if nd.get_rank() == 0:
-        try:
-            answer = (task.data_missing(cfg) is not None, None)
-        except ConfigError as exc:
-            answer = (False, str(exc))
-    missing, refused = nd.all_gather_object(answer)[0]
-    if refused is not None:
-        raise ConfigError(refused)
-    return missing
-
-
-def _resume(parts: TrainingComponents, resume: str, ckpt_dir: Path) -> Optional[int]:
-    """Restore the checkpoint ``resume`` names; the step it was taken at, or None."""
-    if resume == "none":
-        return None
-    found = load_checkpoint(ckpt_dir if resume == "auto" else Path(resume))
-    if found is None:
-        if resume != "auto":
-            raise ConfigError(f"--resume {resume}: no checkpoint there; use --resume auto or none.")
-        return None
-    info, state = found
-    parts.restore(state, parts.cfg.run.seed, info.path)
-    if nd.get_rank() == 0 and parts.step < parts.cfg.training.steps:
-        print(f"resuming from step {info.step} of {parts.cfg.training.steps} (checkpoint {info.path})", flush=True)
-    return info.step
-
-
-def _nothing_to_do(parts: TrainingComponents, run_dir: Path) -> dict[str, float]:
-    """A finished run started again: say so and touch none of its outputs; its final metrics."""
-    steps = parts.cfg.training.steps
-    if nd.get_rank() == 0:
-        print(f"already at step {parts.step} of {steps}; nothing to do (use --resume none or a new run.dir to "
-              "start over, or raise training.steps to train on)", flush=True)
-    summary = run_dir / "summary.json"
-    values = json.loads(summary.read_text()) if summary.exists() else {}
-    return {k: float(v) for k, v in values.items() if "/" in k}
-
-
-def _stop(parts: TrainingComponents, record: LoopRecord, report: RunReporter, run_dir: Path, signum: int) -> None:
-    """Save at this step (every rank agreed on the signal) and leave with ``TrainingStopped``."""
-    if record.last_saved != parts.step:
-        _save(parts, run_dir, None)
-    checkpoint = run_dir / "checkpoints" / step_name(parts.step)
-    report.log.info("stopped by signal %d at step %d; checkpoint %s", signum, parts.step, checkpoint)
-    report.close()
-    requeue_if_asked(parts.cfg.checkpoint.requeue_on_stop, signum)
-    raise TrainingStopped(signum, parts.step, parts.cfg.training.steps, str(checkpoint))
-
-
-def _one_step(parts: TrainingComponents, batch: nd.IndexBatch, ahead: Prefetcher[list[dict[str, torch.Tensor]]],
-              record: LoopRecord, report: RunReporter, run_dir: Path) -> None:
-    """Train on one global batch, then log, validate and checkpoint when they are due."""
-    cfg = parts.cfg
-    tick = time.perf_counter()
-    inputs = ahead.take(batch)
-    if parts.step + 1 < cfg.training.steps:  # the next step's data builds while this one computes
-        ahead.start(next_batch(parts.sampler))
-    record.since_log += train_step(parts, batch, inputs)
-    parts.step += 1
-    record.step_times.append(time.perf_counter() - tick)
-    record.samples += batch.global_size
-    if cfg.logging.record_samples and parts.placement.leader:  # tensor/pipeline peers saw the same ids
-        append_samples(run_dir, nd.get_rank(), parts.step, list(batch))
-    row: dict[str, float] = {}
-    if cfg.training.val_every and parts.step % cfg.training.val_every == 0:
-        row.update(evaluate(parts))
-        record.validated = (parts.step, dict(row))
-    if parts.step % cfg.logging.every_steps == 0 or row or parts.step == cfg.training.steps:
-        # One small all-reduce per log row: the exact mean loss over the interval.
-        total = nd.all_reduce(record.since_log, check=False)
-        record.loss = float(total[0] / total[1])
-        record.since_log.zero_()
-        row = {"train/loss": record.loss, "lr": parts.scheduler.get_last_lr()[0], "epoch": float(parts.sampler.epoch), **row}
-        report.metrics(parts.step, row)
-    report.progress(parts.step, record.loss, record.samples / (time.perf_counter() - record.started))
-    every = cfg.checkpoint.every_steps
-    if every and parts.step % every == 0 and parts.step < cfg.training.steps:
-        _save(parts, run_dir, row.get("val/loss"))
-        record.last_saved = parts.step
-
-
-def _save(parts: TrainingComponents, run_dir: Path, metric: Optional[float]) -> None:
-    save_checkpoint(run_dir / "checkpoints", parts.step, parts.checkpoint_state(),
-                    keep_last=parts.cfg.checkpoint.keep_last, metric=metric, shards=parts.shard_state())
-
-
-def _finish(parts: TrainingComponents, record: LoopRecord, report: RunReporter, run_dir: Path) -> dict[str, float]:
-    """Final validation and checkpoint (every rank), then the run's outputs (rank 0)."""
-    train_seconds = time.perf_counter() - record.started
-    already = record.validated is not None and record.validated[0] == parts.step
-    final = record.validated[1] if already else evaluate(parts)  # type: ignore[index]
-    if record.last_saved != parts.step:
-        _save(parts, run_dir, final.get("val/loss"))
-    times = record.step_times
-    mean_max = torch.tensor([sum(times) / max(len(times), 1), max(times, default=0.0)], dtype=torch.float64)
-    per_rank = [(float(a), float(b)) for a, b in nd.all_gather(mean_max)]
-    if final and not already:  # the last step's row holds them already
-        report.metrics(parts.step, final)
-    report.close()
-    whole = parts.placement.whole_model(parts.task)  # collective for sharded layouts
-    if nd.get_rank() == 0:
-        throughput = {"processes": float(nd.get_world_size()), "samples_per_s": record.samples / max(train_seconds, 1e-9),
-                      "train_seconds": train_seconds, "steps": float(len(times))}
-        _write_outputs(parts, whole, run_dir, final, throughput, record.samples, per_rank)
-    return final
-
-
-def _write_outputs(parts: TrainingComponents, whole: torch.nn.Module, run_dir: Path, final: dict[str, float],
-                   throughput: dict[str, float], samples: int, per_rank: list[tuple[float, float]]) -> None:
-    """Rank 0: loss plot, the task's report, summary.txt/summary.json, the summary on stdout."""
-    if (run_dir / "metrics.jsonl").exists():
-        plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png")
-    parts.task.report(run_dir, whole, final, throughput)
-    summary = format_summary(parts.task.summary_metrics(final), throughput["train_seconds"], samples, per_rank,
-                             nd.get_world_size())
-    (run_dir / "summary.txt").write_text(summary + "\n")
-    (run_dir / "summary.json").write_text(json.dumps({**throughput, **final}, indent=2) + "\n")
-    print(summary, flush=True)
+def _due(step: int, every: Optional[int]) -> bool:
+    """Whether something done every ``every`` steps (0 or None: never) is due at ``step``."""
+    return bool(every) and step % every == 0  # type: ignore[operator]

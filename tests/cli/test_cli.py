@@ -11,19 +11,9 @@ import sys
 
 import pytest
 
-from neural_arch.cli import COMMANDS, main
+from neural_arch.cli import COMMANDS
 from neural_arch.cli.train import build_parser, without_nproc
-
-
-def run_main(argv, capsys):
-    """(exit status, stdout, stderr) of ``neural-arch ARGV`` run in this process."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse exits; the console script turns that into the status
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
+from tests.helpers.cli import run_main
 
 MISTAKES = [  # argv, subcommand, words the line must contain
     (["train", "--bogus"], "train", ["unrecognized arguments: --bogus"]),

@@ -139,7 +139,9 @@ BAD = [  # id, YAML text (or None), overrides, world_size, substrings the messag
     ("tuple-out-of-range", None, ["optim.betas=[0.9, 1.0]"], None, ["optim.betas=[0.9, 1.0]", "[0, 1)"]),
     ("section-not-mapping", "training: 5\n", [], None, ["training", "5", "mapping"]),
     ("top-level-not-mapping", "- a\n- b\n", [], None, ["cfg.yaml", "['a', 'b']", "mapping"]),
-    ("unknown-task", None, ["run.task=icenett"], None, ["run.task='icenett'", "did you mean 'icenet'", "module:TaskClass"]),
+    ("unknown-task", None, ["run.task=icenett"], None,
+     ["run.task='icenett'", "did you mean 'icenet'", "installed tasks: gpt, icenet, regression", "entry point",
+      "module:TaskClass"]),
     ("task-module-missing", None, ["run.task=no_such_pkg.tasks:Mine"], None, ["'no_such_pkg.tasks'", "PYTHONPATH"]),
     ("task-not-a-task", None, ["run.task=pathlib:Path"], None, ["pathlib:Path", "not a subclass", "Task"]),
     ("key-of-another-task", None, ["run.task=icenet", "model.hidden=3"], None,
@@ -149,6 +151,8 @@ BAD = [  # id, YAML text (or None), overrides, world_size, substrings the messag
     ("icenet-without-path", None, ["run.task=icenet"], None, ["data.path=null", "create-data"]),
     ("icenet-val-years", None, ["run.task=icenet", "data.path=x", "data.val_years=25"], None,
      ["data.val_years=25", "data.years=25"]),
+    ("pipeline-too-few-microbatches", None, ["run.task=gpt", "parallel.pp=2", "parallel.microbatches=1"], 2,
+     ["parallel.microbatches=1 is less than pp=2", "set microbatches >= 2"]),
     ("yaml-syntax-error", "training:\n  steps: [1, 2\nmodel: {}\n", [], None, ["cfg.yaml:3", "invalid YAML"]),
 ]
 
@@ -176,6 +180,26 @@ def test_validate_config_checks_a_directly_built_config():
     cfg.training.global_batch_size = 30
     with pytest.raises(ConfigError, match="use a multiple of 4"):
         validate_config(cfg, world_size=4)
+
+
+def test_pipeline_alone_validates_with_one_microbatch_per_stage_rank(tmp_path):
+    """``--set parallel.pp=2`` with no microbatches: the default is pp, saved as the count it resolved to."""
+    cfg = load_config(None, ["run.task=gpt", "parallel.pp=2"], world_size=2)
+    assert (cfg.parallel.pp, cfg.parallel.microbatches) == (2, 2)
+    cfg = load_config(None, ["run.task=gpt", "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b"], world_size=2)
+    assert cfg.parallel.microbatches == 2
+    save_config(cfg, tmp_path / "saved.yaml")
+    assert yaml.safe_load((tmp_path / "saved.yaml").read_text())["parallel"]["microbatches"] == 2
+    assert load_config(tmp_path / "saved.yaml", world_size=2) == cfg
+
+
+def test_no_installed_tasks_says_how_to_install(monkeypatch):
+    """A source tree that was never pip-installed has no entry points: the error says so and how to fix it."""
+    monkeypatch.setattr("neural_arch.training.registry.entry_points", lambda group: [])
+    monkeypatch.setattr("neural_arch.training.registry._registered", {})  # another test may have registered one
+    with pytest.raises(ConfigError) as info:
+        task_class("gpt")
+    assert "no tasks are installed" in str(info.value) and "pip install -e ." in str(info.value)
 
 
 @pytest.mark.parametrize("task", known_tasks())

@@ -8,9 +8,6 @@ defined and registered here. It trains in this process under its registered name
 imports it); the two runs must end with the same weights (float64, 1e-12).
 """
 
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +21,8 @@ from neural_arch.training.registry import register_task, task_class
 from neural_arch.training.task import AppSections, Task
 from neural_arch.training.trainer import train
 from neural_arch.training.typed_config import ConfigError, at_least
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.cli import cli
+from tests.helpers.paths import REPO
 
 
 @dataclass
@@ -111,14 +108,11 @@ def test_its_config_sections_are_checked_like_the_frameworks():
 def test_neural_arch_train_on_two_processes_equals_one(tmp_path):
     """The CLI's workers find the task by its import path; 2 ranks end where 1 does."""
     task = f"run.task={__name__}:ToyTask"
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     runs = {}
     for procs in (1, 2):
         run_dir = tmp_path / f"procs{procs}"
-        proc = subprocess.run(
-            [sys.executable, "-m", "neural_arch.cli", "train", "--nproc-per-node", str(procs),
-             "--set", task, f"run.dir={run_dir}", *SETTINGS],
-            capture_output=True, text=True, timeout=200, cwd=REPO, env=env)
+        proc = cli("train", "--nproc-per-node", str(procs), "--set", task, f"run.dir={run_dir}", *SETTINGS,
+                   timeout=200, cwd=REPO, env={"PYTHONPATH": str(REPO)})
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert f"on {procs} process(es)" in proc.stdout
         runs[procs] = final_weights(run_dir)

@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
 
 from neural_arch.distributed.checkpoint.errors import CheckpointError, UnsafeCheckpoint
-from neural_arch.distributed.checkpoint.sharded import quiet_single_process
+from neural_arch.distributed.checkpoint.quiet import quiet_single_process
 from neural_arch.distributed.checkpoint.untrusted import METADATA, load_bytes_entry, read_dcp_metadata
 
 

@@ -14,14 +14,13 @@ share one filesystem. Plain (non-sharded) state goes through ``save_checkpoint``
 
 from __future__ import annotations
 
-import warnings
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from neural_arch.distributed.checkpoint.errors import CheckpointError, UnsafeCheckpoint
 from neural_arch.distributed.checkpoint.layout import PathLike
 from neural_arch.distributed.checkpoint.progress import checkpoint_saved
+from neural_arch.distributed.checkpoint.quiet import quiet_single_process
 from neural_arch.distributed.checkpoint.rank0 import on_rank0
 from neural_arch.distributed.checkpoint.untrusted import METADATA, read_dcp_metadata
 from neural_arch.distributed.runtime.collectives import all_gather_object
@@ -94,11 +93,3 @@ def _metadata_problem(path: Path) -> Optional[tuple[str, str]]:
     except CheckpointError as exc:
         return ("damaged", str(exc))
     return None
-
-
-@contextmanager
-def quiet_single_process() -> Iterator[None]:
-    """Hide DCP's "assuming ... a single process" warning: world size 1 is a supported case here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
-        yield

@@ -48,7 +48,7 @@ from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, W
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
 from neural_arch.distributed.launcher.listen import serving_store
-from neural_arch.distributed.launcher.log_format import progress_marker
+from neural_arch.distributed.launcher.log_format import attempt_id, progress_marker
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import repeated_failure, stopped_on_request, usage_error
 
@@ -90,10 +90,10 @@ class RobustElasticAgent(LocalElasticAgent):
         # Every agent takes node 0's: its workers' store address, and the attempt's number and
         # id (a node that joined later counted fewer rendezvous; one that was node 0 before
         # still holds the address from its own first rendezvous).
-        addr, port_text, count, attempt_id = self._store.get(key).decode().split()
+        addr, port_text, count, unique = self._store.get(key).decode().split()
         worker_group.master_addr, worker_group.master_port, self._attempts = addr, int(port_text), int(count)
         # Workers inherit the agent's environment: this names the attempt for their keys.
-        self._attempt_id = f"{count}-{attempt_id}"
+        self._attempt_id = attempt_id(int(count), unique)
         os.environ["NEURAL_ARCH_ATTEMPT"] = self._attempt_id
 
     def _stop_workers(self, worker_group: WorkerGroup) -> None:

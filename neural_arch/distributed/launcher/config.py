@@ -51,6 +51,8 @@ class LaunchConfig:
     scheduler's job id, e.g. SLURM_JOB_ID); a node with another token is refused."""
     rank0_only: bool = False
     """Show only rank 0's output on the console (all ranks still write their logs)."""
+    verbose: bool = False
+    """Also show torch elastic's own log lines (torch_logs.py); the launcher's messages show either way."""
     shutdown_timeout: int = 5
     """Seconds a stopping worker gets after SIGTERM before SIGKILL."""
     rdzv_backend: Optional[str] = None
@@ -162,5 +164,5 @@ def config_from_args(ns: argparse.Namespace) -> LaunchConfig:
         run_as="module" if ns.module else "executable" if ns.no_python else "script",
         console_local_ranks=compat.console_local_ranks(ns.local_ranks_filter, ns.redirects, nproc),
         signals_to_handle=ns.signals_to_handle, event_log_handler=ns.event_log_handler,
-        virtual_local_rank=ns.virtual_local_rank, cpu_bind=ns.cpu_bind,
+        virtual_local_rank=ns.virtual_local_rank, cpu_bind=ns.cpu_bind, verbose=ns.verbose,
     )

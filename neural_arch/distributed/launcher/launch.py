@@ -42,6 +42,7 @@ from neural_arch.distributed.launcher.log_format import clear_progress_markers
 from neural_arch.distributed.launcher.program import check_program
 from neural_arch.distributed.launcher.rendezvous import rendezvous_handler
 from neural_arch.distributed.launcher.scratch import ScratchDir
+from neural_arch.distributed.launcher.torch_logs import torch_elastic_logs
 
 
 def _is_local(addr: str) -> bool:
@@ -97,7 +98,7 @@ class DistributedLauncher:
             min_nodes=c.max_nodes, max_nodes=c.max_nodes, rank=c.node_rank, **{"timeout": c.start_timeout, **extra},
         )
 
-    def _worker_args(self, script: str, args: Sequence[str], log_dir: Path) -> tuple[str, ...]:
+    def _worker_args(self, script: str, args: Sequence[str], log_dir: Path, shown_dir: Path) -> tuple[str, ...]:
         c = self.config
         shown = () if c.console_local_ranks is None else ("--local-ranks", ",".join(map(str, c.console_local_ranks)))
         cpus = cpu_bind.plan_binding(c.cpu_bind, c.nproc, {**os.environ, **self._worker_environment()})
@@ -105,7 +106,7 @@ class DistributedLauncher:
         # --parent-pid: this process starts the workers (torch elastic's agent runs in it); they die with it.
         return ("-u", "-m", "neural_arch.distributed.launcher.worker", "--console", "rank0" if c.rank0_only else "all",
                 *shown, *bound, "--run-as", c.run_as, "--log-dir", str(log_dir), "--parent-pid", str(os.getpid()),
-                script, *args)
+                "--shown-dir", str(shown_dir), script, *args)
 
     def preflight(self, script: str) -> None:
         """Fail fast on what can be checked before starting anything (ValueError / RuntimeError)."""
@@ -123,14 +124,16 @@ class DistributedLauncher:
     def _launch(self, script: str, *args: str) -> int:
         c = self.config
         run_id = c.run_id or (f"na-{c.master_addr}-{c.master_port}" if c.max_nodes > 1 else uuid.uuid4().hex[:12])
-        with ScratchDir() as scratch:
+        # torch elastic's own log lines repeat what the ranks and the summary say (torch_logs.py).
+        with ScratchDir() as scratch, torch_elastic_logs(c.verbose):
             log_dir = Path(c.log_dir) if c.log_dir else scratch / "logs"
             clear_progress_markers(log_dir)  # an earlier job's, e.g. one whose launcher was killed
             params = self._rendezvous(run_id)
             spec = WorkerSpec(
                 role=c.role, local_world_size=c.nproc, entrypoint=sys.executable,
                 event_log_handler=c.event_log_handler, virtual_local_rank=c.virtual_local_rank,
-                args=self._worker_args(script, args, log_dir), rdzv_handler=rendezvous_handler(params, self._job_token()),
+                args=self._worker_args(script, args, log_dir, scratch / "shown"),
+                rdzv_handler=rendezvous_handler(params, self._job_token()),
                 max_restarts=c.max_restarts, monitor_interval=c.monitor_interval,
                 master_addr=c.master_addr if params.backend == "static" else None,
                 master_port=c.master_port if params.backend == "static" else None,

@@ -1,6 +1,7 @@
 """The format of a rank's log file, ``LOG_DIR/rank_N.log``: written by the worker (and its
-log pump), read back by the failure summary; and ``LOG_DIR/progress/`` markers, written by
-the worker, read by the restart policy. Both sides import this one module.
+log pump), read back by the failure summary; ``LOG_DIR/progress/`` markers, written by
+the worker, read by the restart policy; and the attempt ids that name both. Both sides
+import this one module.
 
 Use: ``attempt_lines(log_path(log_dir, rank), pid)`` -> that worker's output lines.
 
@@ -39,6 +40,22 @@ def clear_progress_markers(log_dir: Path) -> None:
     """Remove ``LOG_DIR/progress/``: a job's markers matter to that job's restarts only, and
     one file per attempt would otherwise pile up in a reused log directory."""
     shutil.rmtree(Path(log_dir) / "progress", ignore_errors=True)
+
+
+def attempt_id(count: int, unique: str) -> str:
+    """NEURAL_ARCH_ATTEMPT of the group's ``count``-th start (1: the first), made unique by
+    ``unique`` (agent.py): workers prefix their store keys with it, and name attempts by it."""
+    return f"{count}-{unique}"
+
+
+def attempt_number(attempt: str) -> int:
+    """Which start of the group ``attempt`` (``ClusterEnv.attempt``: an ``attempt_id``, or torch's
+    TORCHELASTIC_RESTART_COUNT) is, 0 for the first, as the failure summary counts."""
+    count, dash, _ = attempt.partition("-")
+    try:
+        return int(count) - 1 if dash else int(count)
+    except ValueError:  # set by hand to something else: nothing to count
+        return 0
 
 
 def attempt_header(rank: int, attempt: str, pid: int) -> str:

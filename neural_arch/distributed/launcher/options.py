@@ -94,6 +94,8 @@ def _output(g: argparse._ArgumentGroup) -> None:
              "1/2 (one stream only) are refused: stdout and stderr are one ordered stream here")
     add("-t", "--tee", default="0",
         help="accepted for torchrun: output always goes to the console and to the rank's log file here")
+    add("--verbose", action="store_true",
+        help="also show torch elastic's own log lines (W/E lines naming api.py, at its level: WARNING, or LOGLEVEL)")
 
 
 def _accepted(g: argparse._ArgumentGroup) -> None:

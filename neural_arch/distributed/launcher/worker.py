@@ -2,18 +2,18 @@
 
 The launcher starts every worker as
 ``python -m neural_arch.distributed.launcher.worker [--log-dir DIR] [--console all|rank0|none]
-[--local-ranks 0,1] [--run-as script|module|executable] [--parent-pid PID] SCRIPT ARGS``; you
-rarely run it by hand.
+[--local-ranks 0,1] [--run-as script|module|executable] [--parent-pid PID] [--shown-dir DIR]
+SCRIPT ARGS``; you rarely run it by hand.
 
 - Lifetime: with ``--parent-pid`` (the launcher passes its own) the worker dies when the
   launcher dies, even by SIGKILL (``lifeline.py``).
 - Output: the worker's stdout and stderr (including subprocesses and C++ code, since whole
   file descriptors are redirected) are appended, unprefixed, to ``DIR/rank_N.log`` and
   shown on the console prefixed ``[rank N]``.
-- Failure: an uncaught exception is printed, followed by a one-line diagnosis when it is a
-  collective timeout (which rank did not arrive, see ``runtime/heartbeat.py``), and recorded in the
-  elastic error file (written whole, then renamed into place) so the launcher's summary can
-  quote it. The process group is then left at once, without waiting for healthy peers.
+- Failure: an uncaught exception is printed without the launcher's frames (once per job on
+  the console: a restart that repeats it prints one line), followed by a one-line diagnosis
+  when it is a collective timeout, and recorded in the elastic error file so the launcher's
+  summary can quote it; the process group is then left at once (``crash_report.py``).
 """
 
 from __future__ import annotations
@@ -23,19 +23,17 @@ import io
 import os
 import sys
 import subprocess
-import traceback
 from pathlib import Path
 from typing import Optional, Sequence
 
 from neural_arch.distributed.env import detect_cluster_env
 from neural_arch.distributed.checkpoint.progress import on_checkpoint_saved
 from neural_arch.distributed.launcher.cpu_bind import bind_worker, parse_cpus
+from neural_arch.distributed.launcher.crash_report import report_failure
 from neural_arch.distributed.launcher.lifeline import die_with_parent
-from neural_arch.distributed.launcher.log_format import attempt_header, log_path, progress_marker
+from neural_arch.distributed.launcher.log_format import attempt_header, attempt_number, log_path, progress_marker
 from neural_arch.distributed.launcher.program import run_executable, run_python
-from neural_arch.distributed.runtime.calls import CollectiveFailed
-from neural_arch.distributed.runtime.heartbeat import describe_stragglers
-from neural_arch.distributed.runtime.process_group import abandon_process_group
+from neural_arch.distributed.launcher.repeats import ShownTracebacks
 from neural_arch.utils.file_lock import lock_file
 
 LOGPUMP = str(Path(__file__).with_name("logpump.py"))
@@ -96,36 +94,6 @@ def _rebind_python_streams() -> None:
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True)
 
 
-def _is_timeout(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return "timed out" in text or "timeout" in text
-
-
-def _record_failure(exc: BaseException) -> None:
-    traceback.print_exc()
-    if _is_timeout(exc) and not isinstance(exc, CollectiveFailed):  # CollectiveFailed names the ranks itself
-        hint = describe_stragglers()
-        if hint:
-            print(f"neural_arch: {hint}", file=sys.stderr, flush=True)
-    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
-        _write_error_file(exc, os.environ["TORCHELASTIC_ERROR_FILE"])
-    abandon_process_group()  # peers may be healthy and busy: no barrier
-
-
-def _write_error_file(exc: BaseException, path: str) -> None:
-    """Record ``exc`` in torch elastic's error-file format, whole or not at all: the launcher
-    SIGTERMs the other ranks when one fails, and a file cut off mid-write made torch's agent
-    crash on it (JSONDecodeError) instead of restarting the job."""
-    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
-    class _ToSibling(ErrorHandler):
-        def _get_error_file_path(self) -> str:
-            return path + ".partial"
-
-    _ToSibling().record_exception(exc)
-    os.replace(path + ".partial", path)
-
-
 def _exit_code(code: object) -> int:
     if code is None:
         return 0
@@ -135,9 +103,9 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def run_script(script: str, args: Sequence[str], run_as: str = "script") -> int:
+def run_script(script: str, args: Sequence[str], run_as: str = "script", shown: Optional[ShownTracebacks] = None) -> int:
     """Run ``script`` (a Python file, a module, or an executable: ``run_as``) with ``args``;
-    returns its exit code."""
+    returns its exit code. ``shown``: the console's tracebacks (crash_report.py)."""
     if run_as == "executable":
         return run_executable(script, args)
     try:
@@ -145,7 +113,7 @@ def run_script(script: str, args: Sequence[str], run_as: str = "script") -> int:
     except SystemExit as exc:
         return _exit_code(exc.code)
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded, then reported
-        _record_failure(exc)
+        report_failure(exc, shown)
         return 1
     return 0
 
@@ -170,6 +138,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--run-as", choices=["script", "module", "executable"], default="script")
     parser.add_argument("--parent-pid", type=int, default=None, help="the launcher's pid: die when it dies")
     parser.add_argument("--bind-cpus", default=None, help="the node's CPUs to share out by local rank (cpu_bind.py)")
+    parser.add_argument("--shown-dir", default=None, help="the job's record of tracebacks on the console (repeats.py)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
@@ -190,8 +159,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     tee = OutputTee(f"[rank {rank}] ", log, show)
     if ns.bind_cpus:  # after the log pump started: it need not share this rank's cores
         bind_worker(parse_cpus(ns.bind_cpus), cluster.local_rank, cluster.local_world_size)
+    # Only a rank whose output reaches the console can repeat what the console showed.
+    shown = ShownTracebacks(Path(ns.shown_dir), rank, attempt_number(cluster.attempt)) if ns.shown_dir and show else None
     try:
-        code = run_script(ns.script, ns.args, ns.run_as)
+        code = run_script(ns.script, ns.args, ns.run_as, shown)
     finally:
         tee.close()
     return code

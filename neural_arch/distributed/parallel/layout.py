@@ -46,8 +46,9 @@ class ParallelLayout:
     """Pipeline ranks: each runs a contiguous range of blocks."""
     pp_schedule: PipelineSchedule = "1f1b"
     """Order of micro-batch forwards/backwards; interleaved_1f1b and zero_bubble run 2 stages per rank."""
-    microbatches: int = 1
-    """Micro-batches each pipeline step splits this data-parallel rank's share into."""
+    microbatches: Optional[int] = None
+    """Micro-batches each pipeline step splits this data-parallel rank's share into; null (the
+    default) means ``pp``, the fewest every schedule accepts (one per pipeline rank), and 1 when pp=1."""
     activation_checkpointing: int = 0
     """0: none; 1: every block recomputes its activations in backward; k: blocks 0, k, 2k, ..."""
     param_dtype: Optional[str] = None
@@ -56,6 +57,12 @@ class ParallelLayout:
     """FSDP dtype of the gradient reduction; None: the parameters' dtype."""
     reshard_after_forward: bool = True
     """FSDP frees the gathered parameters after each forward (ZeRO-3); False keeps them to backward."""
+
+    def __post_init__(self) -> None:
+        # Resolved here, once, so every reader (the schedule, the batch checks, the trainer)
+        # sees a plain count and `--set parallel.pp=2` alone is a layout that runs.
+        if self.microbatches is None:
+            object.__setattr__(self, "microbatches", self.pp if isinstance(self.pp, int) else 1)
 
     @property
     def dp_size(self) -> int:

@@ -9,7 +9,7 @@ collective calls, the call in progress)`` to the job's store once a second, and 
 record marked ``left`` when it stops. A rank that sleeps, computes or skipped a call keeps
 beating but its counts fall behind; a stopped (SIGSTOP) or dead rank stops beating. Gloo's
 own timeout message ("Timed out waiting 10000ms for recv") names neither. The script's
-calls (``calls.py``) are what the message counts, e.g.
+calls (``call_count.py``) are what the message counts, e.g.
 ``rank 0 timed out in collective call #3 (all_reduce); did not arrive: rank 1 (entered only
 2 collective calls; now in destroy_process_group)``; torch's count, which includes internal
 collectives, is the fallback for raw ``torch.distributed`` calls.
@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch.distributed as dist
 
-from neural_arch.distributed.runtime import calls
+from neural_arch.distributed.runtime import call_count
 
 INTERVAL = 1.0
 """Seconds between heartbeats."""
@@ -55,7 +55,7 @@ class Heartbeat:
         self.thread.start()
 
     def _write(self, state: Optional[str] = None) -> None:
-        count, current = calls.progress()
+        count, current = call_count.progress()
         now = state or current or "-"
         self.store.set(_key(self.rank), f"{_sequence(self.group)} {time.time():.3f} {count} {now}")
 
@@ -108,7 +108,7 @@ class Beat:
     age: float
     """Seconds since it was written."""
     calls: int
-    """The script's own collective calls (calls.py)."""
+    """The script's own collective calls (call_count.py)."""
     state: str
     """The call in progress, ``destroy_process_group``, ``left``, or ``-`` (between calls)."""
 
@@ -143,7 +143,7 @@ def describe_stragglers(stale_after: float = 3 * INTERVAL + 2, verb: str = "time
         return None
     try:
         rank, mine = dist.get_rank(), _sequence(dist.distributed_c10d._get_default_group())
-        count, current = calls.progress()
+        count, current = call_count.progress()
         beats = read_beats()
     except Exception:  # noqa: BLE001 - diagnosis is best effort; never mask the real error
         return None
@@ -194,7 +194,7 @@ def explain_failed_teardown() -> str:
         return "the job's store is unreachable, so its host (rank 0 or the launcher) probably exited early"
     if stopped:
         return f"rank(s) {', '.join(map(str, stopped))} stopped beating: a peer probably exited early or was killed"
-    count, _ = calls.progress()
+    count, _ = call_count.progress()
     return (f"no peer exited: they still beat ({describe_peers()}; this rank: {count} calls), so the ranks called "
             "different collectives (one skipped or added a call) or a peer is slower than the timeout")
 

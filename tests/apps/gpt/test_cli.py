@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from neural_arch.cli import main
+from tests.helpers.cli import run_main
 from tests.helpers.gpt_corpus import CONTEXT, VAL_FRACTION, make_corpus, write_texts
 from tests.helpers.paths import REPO
 
@@ -31,14 +31,6 @@ def bad_sources(root: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-def run(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
-
-
 @pytest.mark.parametrize("case", ["no-match", "empty", "binary", "empty-val", "context"])
 @pytest.mark.parametrize("command", ["train", "create-data"])
 def test_bad_source_is_one_line_exit_2_and_nothing_is_written(tmp_path, capsys, case, command):
@@ -46,7 +38,7 @@ def test_bad_source_is_one_line_exit_2_and_nothing_is_written(tmp_path, capsys, 
     out = tmp_path / "out"
     argv = [command, "--config", str(REPO / "configs" / "gpt.yaml"), "--set", f"data.path={out / 'corpus'}",
             f"run.dir={out / 'run'}", *extra]
-    code, err = run(argv + (["--create-data"] if command == "train" else []), capsys)
+    code, _, err = run_main(argv + (["--create-data"] if command == "train" else []), capsys)
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith(f"neural-arch {command}: error: ") and words in err, err
     assert not out.exists()
@@ -58,7 +50,7 @@ def test_a_stale_corpus_is_refused_and_left_as_it_was(tmp_path, capsys):
     argv = ["train", "--config", str(REPO / "configs" / "gpt.yaml"), "--create-data", "--set",
             f"data.source={tmp_path / 'src'}", f"data.path={corpus}", f"data.val_fraction={VAL_FRACTION / 2}",
             f"run.dir={tmp_path / 'run'}", f"model.context={CONTEXT}"]
-    code, err = run(argv, capsys)
+    code, _, err = run_main(argv, capsys)
     assert code == 2 and err.count("\n") == 1 and "delete that directory" in err, err
     assert {p.name: p.read_bytes() for p in corpus.iterdir()} == before
     assert not (tmp_path / "run").exists()

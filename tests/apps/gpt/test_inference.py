@@ -14,10 +14,10 @@ import torch
 
 from neural_arch.apps.gpt.inference import model_from_state
 from neural_arch.apps.gpt.model import generate
-from neural_arch.cli import main
 from neural_arch.cli.checkpoints import read_checkpoint
 from neural_arch.training.config import load_config
 from neural_arch.training.trainer import train
+from tests.helpers.cli import run_main
 from tests.helpers.gpt_corpus import CONTEXT, VAL_FRACTION, make_corpus
 from tests.helpers.paths import REPO
 
@@ -37,16 +37,6 @@ def run_dir(tmp_path_factory) -> Path:
     return run
 
 
-def cli(argv, capsys):
-    """(exit status, stdout, stderr) of ``neural-arch ARGV`` in this process."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_generate_prints_the_prompt_and_its_continuation(run_dir):
     # As a user runs it: the console script in a fresh process.
     proc = subprocess.run([str(Path(sys.executable).with_name("neural-arch")), "generate", "--checkpoint", str(run_dir),
@@ -61,7 +51,7 @@ def test_generate_prints_the_prompt_and_its_continuation(run_dir):
 def test_greedy_output_with_the_kv_cache_equals_decoding_without_it(run_dir, capsys, length):
     outs = []
     for flag in ([], ["--no-cache"]):
-        code, out, err = cli(["generate", "--checkpoint", str(run_dir), "--prompt", "of the", "--temperature", "0",
+        code, out, err = run_main(["generate", "--checkpoint", str(run_dir), "--prompt", "of the", "--temperature", "0",
                               "--length", str(length), *flag], capsys)
         assert code == 0, err
         outs.append(out)
@@ -74,24 +64,24 @@ def test_greedy_output_with_the_kv_cache_equals_decoding_without_it(run_dir, cap
 
 def test_sampling_is_reproducible_by_seed_and_top_1_is_greedy(run_dir, capsys):
     base = ["generate", "--checkpoint", str(run_dir / "checkpoints"), "--prompt", "in", "--length", "30"]
-    first, again, other = (cli(base + ["--seed", seed], capsys)[1] for seed in ("7", "7", "8"))
+    first, again, other = (run_main(base + ["--seed", seed], capsys)[1] for seed in ("7", "7", "8"))
     assert first == again and first != other
-    top1 = cli(base + ["--top-k", "1", "--seed", "9"], capsys)[1]
-    greedy = cli(base + ["--temperature", "0"], capsys)[1]
+    top1 = run_main(base + ["--top-k", "1", "--seed", "9"], capsys)[1]
+    greedy = run_main(base + ["--temperature", "0"], capsys)[1]
     assert top1 == greedy
 
 
 def test_a_model_that_does_not_generate_text_is_refused_in_one_line(tmp_path, capsys):
     train(load_config(None, [f"run.dir={tmp_path}", "training.steps=2", "logging.progress=false",
                              "logging.tensorboard=false"]), resume="none")
-    code, _, err = cli(["generate", "--checkpoint", str(tmp_path), "--prompt", "x"], capsys)
+    code, _, err = run_main(["generate", "--checkpoint", str(tmp_path), "--prompt", "x"], capsys)
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("neural-arch generate: error: task RegressionTask does not generate text")
 
 
 def test_torchscript_export_equals_the_eager_model(run_dir, tmp_path, capsys):
     out = tmp_path / "gpt.ts"
-    code, printed, err = cli(["export", "--checkpoint", str(run_dir), "--output", str(out)], capsys)
+    code, printed, err = run_main(["export", "--checkpoint", str(run_dir), "--output", str(out)], capsys)
     assert code == 0, err
     assert f"wrote {out}" in printed
     scripted = torch.jit.load(str(out))

@@ -6,11 +6,8 @@ Run: ``.venv/bin/python -m pytest tests/apps/icenet/test_store_checks.py -q``
 One small valid store (16x16 grid, 6 years) per module; each case rewrites a copy of it.
 """
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +17,7 @@ import zarr
 
 from neural_arch.apps.icenet.data import IceNetSpec, check_store, create_dataset
 from neural_arch.apps.icenet.task import normalization_path
+from tests.helpers.cli import cli
 
 pytestmark = pytest.mark.filterwarnings("ignore:Consolidated metadata")  # zarr 3 about the copies written here
 SPEC = IceNetSpec(grid=16, years=6, val_years=1, seed=0)
@@ -92,9 +90,7 @@ def test_train_exits_2_and_writes_nothing(store, tmp_path, defect):
     run = tmp_path / "run"
     sets = ["run.task=icenet", "data.grid=16", "data.years=6", "data.val_years=1", "model.widths=[4,8]",
             f"data.path={path}", f"run.dir={run}", "training.global_batch_size=6", "training.steps=2"]
-    proc = subprocess.run([sys.executable, "-m", "neural_arch.cli", "train", *[a for s in sets for a in ("--set", s)],
-                           "--nproc-per-node", "2"], capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = cli("train", *[a for s in sets for a in ("--set", s)], "--nproc-per-node", "2")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     for word in [f"data.path='{path}'", str(path), *words]:

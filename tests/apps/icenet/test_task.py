@@ -1,10 +1,9 @@
 """The sea-ice task end to end: exact distributed normalization and metrics, export, errors.
 
-Run: ``.venv/bin/python -m pytest tests/test_icenet_task.py``
+Run: ``.venv/bin/python -m pytest tests/apps/icenet/test_task.py``
 Uses a small store (16x16 grid, 6 years) created once per module.
 """
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +13,19 @@ import pytest
 import torch
 
 from neural_arch.apps.icenet.data import IceNetData, IceNetSpec, create_dataset
+from tests.helpers.cli import cli
 from tests.helpers.multiproc import run_ranks
+from tests.helpers.paths import REPO
 
 pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs the CLI
 
-REPO = Path(__file__).resolve().parents[3]
+# The sea-ice model computes in float32 only (the task ignores training.precision and casts its
+# logits to float32), and float32 kernels may round differently for a rank's 2 samples than for
+# one process's 6 (another batch split picks another kernel path; 1.7e-8 relative seen on an AMD
+# EPYC). So the loss, a float32 model output, is compared to a few float32 ulps; the merge is
+# exact, shown by every other metric below at 1e-12 and in float64 by test_model.py (split
+# exactness) and test_distributed_normalization_is_exact_in_float64.
+FLOAT32_LOSS_RTOL = 1e-6
 SMALL = ["run.task=icenet", "data.grid=16", "data.years=6", "data.val_years=1",
          "model.widths=[4,8]", "training.global_batch_size=6", "logging.progress=false", "logging.tensorboard=false"]
 
@@ -65,8 +72,9 @@ def test_normalization_and_metrics_on_3_ranks_equal_one_process(store):
         np.testing.assert_array_equal(std, one[1])
         np.testing.assert_allclose(weights, one[2], rtol=1e-6)
         assert metrics.keys() == one[3].keys()
-        for key, value in one[3].items():
-            assert metrics[key] == pytest.approx(value, rel=1e-12, abs=1e-9), key
+        for key, value in one[3].items():  # the other metrics count thresholded forecasts: exact sums
+            rel = FLOAT32_LOSS_RTOL if key == "val/loss" else 1e-12
+            assert metrics[key] == pytest.approx(value, rel=rel, abs=1e-9), key
 
 
 def test_distributed_normalization_is_exact_in_float64(store):
@@ -86,11 +94,6 @@ def _stats_worker(rank, world_size, path):
     mine = list(range(rank, len(data), world_size))
     mean, std = nd.global_mean_std(data.load(mine)["x"].double(), dim=(0, 2, 3))
     return mean.numpy(), std.numpy()
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "neural_arch.cli", *args], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
 def test_train_report_and_export(store, tmp_path):

@@ -5,8 +5,6 @@ Run: ``.venv/bin/python -m pytest tests/distributed/checkpoint/test_pointers.py 
 """
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import torch
 
 from neural_arch.distributed.checkpoint import load_checkpoint, save_checkpoint
 from neural_arch.distributed.checkpoint.layout import pointer_target
+from tests.helpers.cli import cli
 from tests.helpers.paths import REPO
 
 
@@ -30,9 +29,8 @@ def links(directory: Path) -> dict[str, str]:
 @pytest.mark.multiprocess
 def test_last_state_pt_opens_with_torch_load_after_a_run(tmp_path):
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "neural_arch.cli", "train", "--config", str(REPO / "configs" / "tiny.yaml"),
-           "--set", f"run.dir={run}", "checkpoint.every_steps=3", "checkpoint.keep_last=1"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = cli("train", "--config", str(REPO / "configs" / "tiny.yaml"), "--set", f"run.dir={run}",
+               "checkpoint.every_steps=3", "checkpoint.keep_last=1", timeout=180)
     assert proc.returncode == 0, proc.stderr
     checkpoints = run / "checkpoints"
     assert set(links(checkpoints)) == {"last", "best"}

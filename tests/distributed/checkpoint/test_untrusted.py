@@ -27,6 +27,7 @@ from neural_arch.distributed.checkpoint import (
 )
 from neural_arch.distributed.checkpoint.untrusted import MetadataUnpickler, read_dcp_metadata
 from neural_arch.utils.atomic import sha256
+from tests.helpers.cli import cli
 
 TRAIN = ["--set", "training.precision=fp64", "--set", "logging.progress=false", "--set", "logging.tensorboard=false",
          "--set", "checkpoint.every_steps=2", "--set", "data.num_samples=40", "--set", "data.val_samples=8",
@@ -44,14 +45,8 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def neural_arch(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "neural_arch.cli", *args], capture_output=True, text=True,
-                          timeout=240, env=env)
-
-
 def train(run: Path, steps: int, *extra: str) -> subprocess.CompletedProcess:
-    proc = neural_arch("train", *TRAIN, "--set", f"run.dir={run}", "--set", f"training.steps={steps}", *extra)
+    proc = cli("train", *TRAIN, "--set", f"run.dir={run}", "--set", f"training.steps={steps}", *extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
@@ -97,7 +92,7 @@ def test_full_format_state_file(runs, tmp_path):
     torch.save({"model": Payload(marker), "step": 4}, step / "state.pt")
     reseal(step)
 
-    export = neural_arch("export", "--checkpoint", str(step), "--output", str(tmp_path / "m.ts"))
+    export = cli("export", "--checkpoint", str(step), "--output", str(tmp_path / "m.ts"))
     assert_one_line_refusal(export, str(step / "state.pt"))
     with pytest.warns(RuntimeWarning, match="may be malicious"):  # resume falls back to the intact step 2
         info, state = load_checkpoint(run / "checkpoints")
@@ -120,7 +115,7 @@ def test_sharded_metadata(runs, tmp_path):
     reseal(step)
     assert load_checkpoint(run / STEP2) is not None  # the intact step still loads
 
-    generate = neural_arch("generate", "--checkpoint", str(step), "--prompt", "a")
+    generate = cli("generate", "--checkpoint", str(step), "--prompt", "a")
     assert_one_line_refusal(generate, str(metadata))
     target = read_whole_shards(run / STEP2)  # the layout resume allocates; step 2 is intact
     with pytest.raises(UnsafeCheckpoint, match="posix.system"):

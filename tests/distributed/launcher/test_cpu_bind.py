@@ -5,14 +5,13 @@ Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_cpu_bind.py``
 
 import os
 import subprocess
-import sys
 
 import pytest
 
+from tests.helpers.cli import LAUNCHER
 from neural_arch.distributed.launcher.cpu_bind import bind_worker, by_core, plan_binding, worker_slice
 from neural_arch.distributed.launcher.config import LaunchConfig
 
-LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
 SHOW = "import os; print('cpus', os.environ['LOCAL_RANK'], sorted(os.sched_getaffinity(0)), flush=True)"
 
 

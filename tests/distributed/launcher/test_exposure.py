@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from neural_arch.distributed.launcher.scratch import leftovers
+from tests.helpers.cli import LAUNCHER
 from tests.helpers.proc_tree import alive, is_loopback, listening, process_tree
 from tests.helpers.multiproc import free_port
 from tests.helpers.paths import SCRIPTS
@@ -29,7 +30,6 @@ from tests.helpers.long_run import LONG, wait_for_rows
 
 pytestmark = pytest.mark.multiprocess  # every test here runs launchers and their workers
 
-LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
 PROBE = str(SCRIPTS / "launch_probe.py")
 GONE_WITHIN = 10.0
 """Seconds after the launcher's death or stop by which every process of the job must be gone."""

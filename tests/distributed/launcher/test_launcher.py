@@ -17,19 +17,13 @@ import pytest
 
 from neural_arch.distributed import DistributedLauncher, LaunchConfig, launch_distributed_training
 from neural_arch.distributed.launcher.args import split_argv
+from tests.helpers.cli import LAUNCHER, launch
 from tests.helpers.multiproc import free_port
 from tests.helpers.paths import SCRIPTS
 
 pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a launcher/scheduler
 
 PROBE = str(SCRIPTS / "launch_probe.py")
-LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
-
-
-def launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run(LAUNCHER + list(args), capture_output=True, text=True, timeout=timeout, env=env)
-
 
 def records(out: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in out.glob("rank_*.json")}

@@ -6,15 +6,14 @@ Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_restarts.py -q
 
 import os
 import subprocess
-import sys
 
 import pytest
 
+from tests.helpers.cli import LAUNCHER
 from neural_arch.distributed.launcher.failures import format_failure_summary
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import repeated_failure
 
-LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
 BUG = "RuntimeError: simulated deterministic bug"
 
 # Rank 1 raises at the same place on every attempt; with SAVE it first saves a checkpoint

@@ -14,10 +14,10 @@ import pytest
 
 from neural_arch.distributed.launcher import main
 from neural_arch.distributed.launcher.args import build_parser, split_argv
+from tests.helpers.cli import LAUNCHER
 from tests.helpers.multiproc import free_port
 from tests.helpers.paths import SCRIPTS
 
-LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
 PROBE = str(SCRIPTS / "launch_probe.py")
 
 

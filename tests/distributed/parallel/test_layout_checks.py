@@ -46,6 +46,16 @@ def test_good_layouts_and_sizes():
         layout_from_dict({"tp_size": 2})
 
 
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"])
+def test_microbatches_left_out_is_one_per_pipeline_rank(schedule):
+    """pp alone is a layout that runs: microbatches defaults to pp, which every schedule accepts."""
+    for pp in (2, 3):
+        layout = validate(ParallelLayout(pp=pp, pp_schedule=schedule), pp)
+        assert layout.microbatches == pp
+    assert ParallelLayout().microbatches == 1 and ParallelLayout() == ParallelLayout(microbatches=1)
+    assert layout_from_dict({"pp": 2, "microbatches": None}).microbatches == 2
+
+
 @pytest.mark.parametrize("values, message", [
     (dict(tp=3), "parallel.tp=3 does not divide the model's 4 attention heads; choose tp among [1, 2, 4]"),
     (dict(pp=4, microbatches=4, pp_schedule="interleaved_1f1b"), "= 8 pipeline stages but the model has 4 blocks"),

@@ -1,0 +1,108 @@
+"""Starting a run: join the process group, lock the run directory, build, resume.
+
+Used by trainer.py::
+
+    with claimed_run_dir(cfg) as run_dir:            # process group joined; rank 0 holds the lock
+        components = build_components(cfg, create_data)
+        resumed = resume_from(components, "auto", run_dir / "checkpoints")
+
+Every function here is called on every rank and answers the same on every rank: a
+question only rank 0 can answer (is the data there? is the directory free?) is answered by
+rank 0 and shared, so no rank takes a different branch and waits in a collective alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Iterator, Optional
+
+import torch
+
+import neural_arch.distributed as nd
+from neural_arch.distributed.checkpoint import load_checkpoint
+from neural_arch.training.components import TrainingComponents
+from neural_arch.training.config import Config, validate_config
+from neural_arch.training.registry import task_class
+from neural_arch.training.rng import seed_rank
+from neural_arch.training.run_lock import RunDirLock
+from neural_arch.training.typed_config import ConfigError
+
+
+@contextlib.contextmanager
+def claimed_run_dir(cfg: Config) -> Iterator[Path]:
+    """Join the process group; rank 0 locks ``cfg.run.dir`` for the ``with`` body. Every rank
+    raises the same one-line ConfigError when another job holds it."""
+    training = cfg.training
+    nd.init_process_group(backend=None if training.backend == "auto" else training.backend, timeout=training.timeout)
+    run_dir, lock, refused = Path(cfg.run.dir), None, None
+    if nd.get_rank() == 0:
+        try:
+            lock = RunDirLock.acquire(run_dir)
+        except ConfigError as exc:
+            refused = str(exc)
+    refused = nd.all_gather_object(refused)[0]
+    if refused is not None:
+        raise ConfigError(refused)
+    try:
+        yield run_dir
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def build_components(cfg: Config, create_data: bool) -> TrainingComponents:
+    """Check the config against the world that started, create the data if asked, seed, build."""
+    validate_config(cfg, world_size=nd.get_world_size())  # torchrun/srun may start a world the config did not name
+    device = torch.device("cuda", torch.cuda.current_device()) if nd.get_backend() == "nccl" else torch.device("cpu")
+    task = task_class(cfg.run.task)
+    if create_data and _data_missing_on_rank_0(task, cfg):
+        task.create_data(cfg)  # collective: every rank writes its share
+    seed_rank(cfg.run.seed, nd.get_rank())
+    return TrainingComponents.build(cfg, device)
+
+
+def _data_missing_on_rank_0(task: type, cfg: Config) -> bool:
+    """Rank 0's answer, on every rank: a rank asking later could find the store that rank 0 has
+    begun to create and skip the (collective) creation. A store rank 0 refuses (ConfigError:
+    damaged, wrong layout) is refused on every rank with the same line."""
+    answer: tuple[bool, Optional[str]] = (False, None)
+    if nd.get_rank() == 0:
+        try:
+            answer = (task.data_missing(cfg) is not None, None)
+        except ConfigError as exc:
+            answer = (False, str(exc))
+    missing, refused = nd.all_gather_object(answer)[0]
+    if refused is not None:
+        raise ConfigError(refused)
+    return missing
+
+
+def resume_from(components: TrainingComponents, resume: str, checkpoints: Path) -> Optional[int]:
+    """Restore the checkpoint ``resume`` names (``auto``: the newest usable one in ``checkpoints``,
+    ``none``, or a path); the step it was taken at, or None when nothing was restored."""
+    if resume == "none":
+        return None
+    found = load_checkpoint(checkpoints if resume == "auto" else Path(resume))
+    if found is None:
+        if resume != "auto":
+            raise ConfigError(f"--resume {resume}: no checkpoint there; use --resume auto or none.")
+        return None
+    info, state = found
+    components.restore(state, components.cfg.run.seed, info.path)
+    if nd.get_rank() == 0 and components.step < components.cfg.training.steps:
+        print(f"resuming from step {info.step} of {components.cfg.training.steps} (checkpoint {info.path})",
+              flush=True)
+    return info.step
+
+
+def finished_run_metrics(components: TrainingComponents, run_dir: Path) -> dict[str, float]:
+    """A finished run started again: say so and touch none of its outputs; its final metrics."""
+    steps = components.cfg.training.steps
+    if nd.get_rank() == 0:
+        print(f"already at step {components.step} of {steps}; nothing to do (use --resume none or a new run.dir to "
+              "start over, or raise training.steps to train on)", flush=True)
+    summary = run_dir / "summary.json"
+    values = json.loads(summary.read_text()) if summary.exists() else {}
+    return {k: float(v) for k, v in values.items() if "/" in k}

@@ -1,0 +1,113 @@
+"""A script's bug under the launcher reads like ``python bug.py``: the user's frames only, each
+traceback shown once per job on the console (a restart's repeat is one line), then once in
+the failure summary; torch elastic's own log lines only with ``--verbose``.
+
+Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_readable_output.py -q``
+The first two tests start real launchers (2 workers, gloo, 127.0.0.1, a free port).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from neural_arch.distributed.launcher.log_format import attempt_id, attempt_number
+from neural_arch.distributed.launcher.program import run_python
+from neural_arch.distributed.launcher.repeats import ShownTracebacks
+from neural_arch.distributed.launcher.torch_logs import torch_elastic_logs
+from neural_arch.distributed.launcher.user_traceback import user_traceback
+from tests.helpers.cli import launch
+
+BUG = "import os\nsettings = {}\nprint('starting', flush=True)\nvalue = settings['missing']\n"
+"""A deterministic bug: KeyError at line 4, on every rank and every attempt."""
+HEADER = "Traceback (most recent call last):"
+KEY_ERROR = re.compile(r"^(\[rank \d+\] |\s+\| )?KeyError: 'missing'$", re.M)
+TORCH_LOG_LINE = re.compile(r"^[EW]\d{4} ", re.M)
+"""torch's own log lines, e.g. ``E1125 06:14:35.021000 3276 .../api.py:1002] failed (exitcode: 1) ...``."""
+WRAPPER_FRAMES = ("launcher/worker.py", "program.py", "runpy", "torch/distributed/elastic")
+
+
+def run_bug(tmp_path: Path, *options: str) -> tuple[str, float]:
+    """The whole output (stdout, then stderr) of the launcher running BUG on 2 workers, and its seconds."""
+    script = tmp_path / "bug.py"
+    script.write_text(BUG)
+    start = time.monotonic()
+    proc = launch("--nproc_per_node=2", *options, str(script), timeout=90)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr, elapsed
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_deterministic_bug_shows_its_traceback_at_most_three_times_without_launcher_frames(tmp_path):
+    out, elapsed = run_bug(tmp_path)
+    # Attempt 0 shows it (per rank that got to raise), attempt 1 names it, the summary quotes it once.
+    assert 2 <= out.count(HEADER) <= 3, out
+    assert 2 <= len(KEY_ERROR.findall(out)) <= 3, out
+    assert re.search(r"^\[rank (0|1)\] neural_arch: attempt 1 failed with the same traceback as rank (0|1) attempt 0 "
+                     r"\(shown above\)$", out, re.M), out
+    assert out.count(f'File "{tmp_path / "bug.py"}", line 4, in <module>') == out.count(HEADER), out
+    for frame in WRAPPER_FRAMES:
+        assert frame not in out, out
+    assert not TORCH_LOG_LINE.search(out), out
+    summary = out[out.index("neural_arch launcher: job failed after 2 attempt(s)"):]
+    assert summary.count(HEADER) == 1 and "(traceback):" in summary, summary
+    assert elapsed < 15, f"took {elapsed:.1f} s"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_verbose_shows_torch_elastic_log_lines(tmp_path):
+    out, _ = run_bug(tmp_path, "--verbose")
+    assert TORCH_LOG_LINE.search(out), out
+    assert "closing signal SIGTERM" in out or "failed (exitcode: 1)" in out, out
+    assert "runpy" not in out and "launcher/worker.py" not in out  # --verbose is about torch's lines only
+
+
+def test_frames_above_the_users_go_and_frames_below_stay(tmp_path):
+    script = tmp_path / "recorded.py"
+    # torch's @record wraps the user's main: its frame sits between the user's, and goes.
+    script.write_text("from torch.distributed.elastic.multiprocessing.errors import record\n"
+                      "@record\ndef main():\n    {}['missing']\nmain()\n")
+    with pytest.raises(KeyError) as raised:
+        run_python(str(script), [], "script")
+    text = user_traceback(raised.value)
+    assert f'File "{script}", line 4, in main' in text and text.endswith("KeyError: 'missing'\n"), text
+    assert "program.py" not in text and "runpy" not in text and "errors/__init__.py" not in text, text
+    # Failing inside the launcher's code, below the caller's frame: those frames are where it happened.
+    with pytest.raises(FileNotFoundError) as missing:
+        run_python(str(tmp_path / "absent.py"), [], "script")
+    assert "program.py" in user_traceback(missing.value)
+
+
+def test_a_traceback_repeats_only_across_attempts(tmp_path):
+    text = "Traceback (most recent call last):\nKeyError: 'missing'\n"
+    ShownTracebacks(tmp_path, rank=1, attempt=0).add(text)
+    ShownTracebacks(tmp_path, rank=0, attempt=0).add(text)
+    assert ShownTracebacks(tmp_path, rank=0, attempt=0).repeat_of(text) is None  # same attempt: shown again
+    assert ShownTracebacks(tmp_path, rank=1, attempt=1).repeat_of(text) == (0, 0)  # the first showing, by rank
+    assert ShownTracebacks(tmp_path, rank=1, attempt=1).repeat_of(text + "other\n") is None
+    assert attempt_number(attempt_id(2, "ab12")) == 1 and attempt_number("0") == 0
+
+
+def test_torch_elastic_records_reach_no_handler_inside_the_block():
+    seen: list[str] = []
+    catcher = logging.Handler()
+    catcher.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    parent = logging.getLogger("torch.distributed")  # torch's handler sits here, or higher up
+    parent.addHandler(catcher)
+    api = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+    try:
+        with torch_elastic_logs(verbose=False):
+            api.warning("hidden")
+        with torch_elastic_logs(verbose=True):
+            api.warning("shown")
+        api.warning("after")
+    finally:
+        parent.removeHandler(catcher)
+    assert seen == ["shown", "after"]
