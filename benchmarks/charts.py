@@ -53,8 +53,13 @@ def pipeline_chart(rows: list[dict[str, Any]], path: str) -> None:
             ax.plot([r["m"] for r in points], [r["idle"] for r in points], "o-", color=f"C{i}", label=schedule)
         for v, style in ((1, "--"), (2, ":")):
             points = {r["m"]: r["theory"] for r in mine if r["v"] == v}
-            ax.plot(list(points), list(points.values()), style, color="grey",
-                    label=f"theory (p-1)/({'' if v == 1 else v}m+p-1)")
+            ax.plot(
+                list(points),
+                list(points.values()),
+                style,
+                color="grey",
+                label=f"theory (p-1)/({'' if v == 1 else v}m+p-1)",
+            )
         ax.set_xticks(sorted({r["m"] for r in mine}))
         ax.set_xlabel("micro-batches m")
         ax.set_ylabel("idle fraction of the step (mean over ranks)")

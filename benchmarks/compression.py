@@ -31,7 +31,6 @@ at >= 1.3x raw DDP by the lower of the two ratios), and every setting's held-out
 each round. On 2 shared cores any other load moves single rounds by tens of percent.
 """
 
-
 import argparse
 import math
 import statistics
@@ -39,18 +38,24 @@ import time
 
 import torch
 import torch.distributed as dist
+from shaped_link import add_link_option, describe, rerun_on_shaped_link  # benchmarks/ is on sys.path here
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
+from two_ranks import load_average, on_ranks, on_two_ranks
 
 from neural_arch.distributed import DistributedDataParallel
 from neural_arch.distributed.data_parallel.compression import Compression, attach
-from shaped_link import add_link_option, describe, rerun_on_shaped_link  # benchmarks/ is on sys.path here
-from two_ranks import load_average, on_ranks, on_two_ranks
 
 VIEW = "raw DDP, bucket view"
 """Exact: torch DDP with ``gradient_as_bucket_view=True`` (no copies between gradients and buckets)."""
-SETTINGS = {"raw DDP (exact)": None, VIEW: None, "fp16": Compression("fp16"), "bf16": Compression("bf16"),
-            "powersgd rank 2": Compression("powersgd", powersgd_rank=2), "torch's PowerSGD r2": None}
+SETTINGS = {
+    "raw DDP (exact)": None,
+    VIEW: None,
+    "fp16": Compression("fp16"),
+    "bf16": Compression("bf16"),
+    "powersgd rank 2": Compression("powersgd", powersgd_rank=2),
+    "torch's PowerSGD r2": None,
+}
 """The fixed settings; ``--powersgd`` adds our PowerSGD at the ranks and warm-ups it lists."""
 IN, OUT = 64, 10
 BOUND = "no communication"
@@ -80,8 +85,15 @@ def keep_local(state: object, bucket: dist.GradBucket) -> torch.futures.Future[t
 
 def make_model() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(IN, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048),
-                         nn.ReLU(), nn.Linear(2048, OUT))
+    return nn.Sequential(
+        nn.Linear(IN, 2048),
+        nn.ReLU(),
+        nn.Linear(2048, 2048),
+        nn.ReLU(),
+        nn.Linear(2048, 2048),
+        nn.ReLU(),
+        nn.Linear(2048, OUT),
+    )
 
 
 def global_batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,17 +105,27 @@ def global_batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def wrap(name: str, setting: Compression | None) -> nn.Module:
     if setting is None:
-        ddp = nn.parallel.DistributedDataParallel(make_model(), gradient_as_bucket_view=name in (VIEW, BOUND, TORCH_POWERSGD))
+        ddp = nn.parallel.DistributedDataParallel(
+            make_model(), gradient_as_bucket_view=name in (VIEW, BOUND, TORCH_POWERSGD)
+        )
         if name == BOUND:
             ddp.register_comm_hook(None, keep_local)
         if name == TORCH_POWERSGD:
-            ddp.register_comm_hook(PowerSGDState(None, matrix_approximation_rank=2, start_powerSGD_iter=10), torch_powersgd)
+            ddp.register_comm_hook(
+                PowerSGDState(None, matrix_approximation_rank=2, start_powerSGD_iter=10), torch_powersgd
+            )
         return ddp
     return DistributedDataParallel(make_model(), compression=setting, gradient_as_bucket_view=True)
 
 
-def train(model: nn.Module, opt: torch.optim.Optimizer, lr: torch.optim.lr_scheduler.LRScheduler | None,
-          first: int, steps: int, batch: int) -> float:
+def train(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    lr: torch.optim.lr_scheduler.LRScheduler | None,
+    first: int,
+    steps: int,
+    batch: int,
+) -> float:
     """``steps`` steps from stream position ``first``; seconds per step (rank 0, between barriers)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     data = [global_batch(first + i, batch * world) for i in range(steps)]
@@ -149,7 +171,7 @@ def body(rank: int, args: argparse.Namespace) -> dict:
     names = list(models)
     x, y = global_batch(10**6, 4096)  # held out: never a training batch
     for r in range(args.rounds + 1):  # round 0 warms up (and covers PowerSGD's plain all-reduce steps)
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             seconds = train(models[name], opts[name], lrs[name], done[name], args.steps, args.batch)
             done[name] += args.steps
             times[name].append(seconds)
@@ -199,8 +221,7 @@ def ratios(times: dict[str, list[float]], name: str) -> tuple[float, float]:
     """``name``'s speed against raw DDP: the median of the timed rounds' ratios (round 0 left out),
     and over the whole run (every step, the warm-up round and PowerSGD's plain steps too)."""
     base = times["raw DDP (exact)"]
-    return (statistics.median(b / t for b, t in zip(base[1:], times[name][1:])),
-            sum(base) / sum(times[name]))
+    return (statistics.median(b / t for b, t in zip(base[1:], times[name][1:])), sum(base) / sum(times[name]))
 
 
 def verdict(times: dict[str, list[float]], losses: dict[str, float]) -> str:
@@ -212,24 +233,34 @@ def verdict(times: dict[str, list[float]], losses: dict[str, float]) -> str:
         return "target (>= 1.3x raw DDP, loss within 2% of exact): not met, no compressed setting is within 2%"
     best = max(close, key=ratio.__getitem__)
     met = "met" if ratio[best] >= 1.3 else "not met"
-    return (f"target (>= 1.3x raw DDP, loss within 2% of exact): {met}; fastest within 2%: {best}, "
-            f"{ratio[best]:.2f}x (the lower of median and whole run), loss {losses[best] / losses[base] - 1:+.2%}")
+    return (
+        f"target (>= 1.3x raw DDP, loss within 2% of exact): {met}; fastest within 2%: {best}, "
+        f"{ratio[best]:.2f}x (the lower of median and whole run), loss {losses[best] / losses[base] - 1:+.2%}"
+    )
 
 
 def report(result: dict, args: argparse.Namespace) -> None:
     times, losses = result["times"], result["losses"]
     base = "raw DDP (exact)"
     params = sum(p.numel() for p in make_model().parameters())
-    print(f"model: MLP {params / 1e6:.2f} M params ({params * 4 / 1e6:.1f} MB fp32 gradients), batch {args.batch}/rank, "
-          f"2 ranks gloo, 1 thread each, cpu-bind {args.cpu_bind}, {describe(args.link_gbit)}; {args.rounds} rounds x {args.steps} steps after a warm-up round; "
-          f"{result['steps'][base]} steps per setting; lr {args.lr} {args.schedule}; {load_average()}")
-    print(f"{'setting':<30} {'median step':>12} {'samples/s':>10} {'x raw DDP':>10} {'whole run':>10} {'held-out loss':>14} {'vs exact':>9}")
+    print(
+        f"model: MLP {params / 1e6:.2f} M params ({params * 4 / 1e6:.1f} MB fp32 gradients), batch {args.batch}/rank, "
+        f"2 ranks gloo, 1 thread each, cpu-bind {args.cpu_bind}, {describe(args.link_gbit)}; "
+        f"{args.rounds} rounds x {args.steps} steps after a warm-up round; "
+        f"{result['steps'][base]} steps per setting; lr {args.lr} {args.schedule}; {load_average()}"
+    )
+    print(
+        f"{'setting':<30} {'median step':>12} {'samples/s':>10} {'x raw DDP':>10} {'whole run':>10} "
+        f"{'held-out loss':>14} {'vs exact':>9}"
+    )
     for name in times:
         step = statistics.median(times[name][1:])
         ratio, whole = ratios(times, name)
         rel = f"{losses[name] / losses[base] - 1:+8.2%}" if name != BOUND else "     n/a"
-        print(f"{name:<30} {step * 1e3:9.1f} ms {2 * args.batch / step:10.1f} {ratio:9.2f}x {whole:9.2f}x "
-              f"{losses[name]:14.4f} {rel}")
+        print(
+            f"{name:<30} {step * 1e3:9.1f} ms {2 * args.batch / step:10.1f} {ratio:9.2f}x {whole:9.2f}x "
+            f"{losses[name]:14.4f} {rel}"
+        )
     print("x raw DDP: median of the timed rounds' ratios; whole run: total time of every step, the warm-up round's too")
     print(verdict(times, losses))
     # One number at the end hides how much the loss moves from round to round (lr 0.02 oscillates).
@@ -244,14 +275,26 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=64, help="samples per rank per step")
     parser.add_argument("--lr", type=float, default=0.02)
-    parser.add_argument("--schedule", choices=["constant", "cosine"], default="cosine",
-                        help="cosine: decay the lr to 0 over the run's steps, as a finished training run would")
-    parser.add_argument("--powersgd", default="4,8", metavar="RANK[:WARMUP],...",
-                        help="our PowerSGD settings besides rank 2 (warm-up 10 unless given), e.g. 4,8:40")
+    parser.add_argument(
+        "--schedule",
+        choices=["constant", "cosine"],
+        default="cosine",
+        help="cosine: decay the lr to 0 over the run's steps, as a finished training run would",
+    )
+    parser.add_argument(
+        "--powersgd",
+        default="4,8",
+        metavar="RANK[:WARMUP],...",
+        help="our PowerSGD settings besides rank 2 (warm-up 10 unless given), e.g. 4,8:40",
+    )
     parser.add_argument("--collectives", action="store_true", help="time the collectives only")
     parser.add_argument("--overhead", action="store_true", help="time the compression work in one process")
-    parser.add_argument("--cpu-bind", choices=["auto", "none"], default="auto",
-                        help="auto: each rank its own core, as our launcher binds them; none: the OS places them")
+    parser.add_argument(
+        "--cpu-bind",
+        choices=["auto", "none"],
+        default="auto",
+        help="auto: each rank its own core, as our launcher binds them; none: the OS places them",
+    )
     add_link_option(parser)
     args = parser.parse_args()
     rerun_on_shaped_link(args)

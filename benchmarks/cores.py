@@ -37,10 +37,12 @@ def _work(kernel: str, seconds: float) -> float:
         src, dst = torch.randn(16 << 20), torch.empty(16 << 20)
         step = lambda: dst.copy_(src)  # noqa: E731
     else:
+
         def step() -> None:
             total = 0
             for i in range(10_000):
                 total += i * i
+
     step()
     done, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -49,7 +51,7 @@ def _work(kernel: str, seconds: float) -> float:
     return done / (time.perf_counter() - start)
 
 
-def _child(kernel: str, seconds: float, cpu: int, barrier: "mp.synchronize.Barrier", out: "mp.Queue") -> None:
+def _child(kernel: str, seconds: float, cpu: int, barrier: mp.synchronize.Barrier, out: mp.Queue) -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {cpu})
     barrier.wait()
@@ -82,8 +84,10 @@ def main() -> None:
             alone.append(measure(kernel, args.seconds, cpus[:1])[0])
             pair.append(sum(measure(kernel, args.seconds, cpus)))
         one, two = statistics.median(alone), statistics.median(pair)
-        print(f"{kernel:12s}: 1 process {one:10.1f}/s; 2 processes {two / 2:10.1f}/s each, together "
-              f"{two / one:.2f}x one process (rounds: {', '.join(f'{p / a:.2f}' for p, a in zip(pair, alone))})")
+        print(
+            f"{kernel:12s}: 1 process {one:10.1f}/s; 2 processes {two / 2:10.1f}/s each, together "
+            f"{two / one:.2f}x one process (rounds: {', '.join(f'{p / a:.2f}' for p, a in zip(pair, alone))})"
+        )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -19,9 +19,9 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
+from two_ranks import on_two_ranks  # benchmarks/ is on sys.path when a script here runs
 
 from neural_arch.distributed import DistributedDataParallel
-from two_ranks import on_two_ranks  # benchmarks/ is on sys.path when a script here runs
 
 
 def make_model(width: int) -> nn.Module:

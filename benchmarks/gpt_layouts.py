@@ -32,7 +32,14 @@ from neural_arch.apps.gpt.model import GPT, VOCAB
 from neural_arch.apps.gpt.parallelize import parallel_plan
 from neural_arch.distributed import DistributedDataParallel
 from neural_arch.distributed.parallel import (
-    ParallelLayout, PipelineRunner, build_mesh, build_pipeline, data_parallel_loss, dp_rank, dp_size, parallelize_model,
+    ParallelLayout,
+    PipelineRunner,
+    build_mesh,
+    build_pipeline,
+    data_parallel_loss,
+    dp_rank,
+    dp_size,
+    parallelize_model,
 )
 
 
@@ -96,8 +103,14 @@ def sample_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def build_model(shape: Shape) -> GPT:
     torch.manual_seed(0)  # every rank starts from the same weights, as FSDP and TP assume
-    return GPT(d_model=shape.d_model, n_layers=shape.layers, n_heads=shape.heads, mlp_ratio=4, dropout=0.0,
-               context=shape.context)
+    return GPT(
+        d_model=shape.d_model,
+        n_layers=shape.layers,
+        n_heads=shape.heads,
+        mlp_ratio=4,
+        dropout=0.0,
+        context=shape.context,
+    )
 
 
 def build_run(case: Case, shape: Shape) -> Run:
@@ -106,7 +119,7 @@ def build_run(case: Case, shape: Shape) -> Run:
     mesh = build_mesh(layout)
     model = build_model(shape)
     windows = torch.randint(0, VOCAB, (shape.batch, shape.context + 1), generator=torch.Generator().manual_seed(1))
-    share = windows[dp_rank(mesh)::dp_size(mesh)]  # the sampler's strided share
+    share = windows[dp_rank(mesh) :: dp_size(mesh)]  # the sampler's strided share
     x, y = share[:, :-1].contiguous(), share[:, 1:].contiguous()
     checkpointed = list(plan.blocks(model)) if layout.activation_checkpointing == 1 else []
     if layout.pp > 1:

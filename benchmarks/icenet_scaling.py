@@ -34,8 +34,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-MODES = {"1 process x 1 thread": (1, 1, False), "1 process x 2 threads": (1, 2, False),
-         "2 processes x 1 thread": (2, 1, False)}
+MODES = {
+    "1 process x 1 thread": (1, 1, False),
+    "1 process x 2 threads": (1, 2, False),
+    "2 processes x 1 thread": (2, 1, False),
+}
 COMPILED = {"1 process x 1 thread, compiled": (1, 1, True), "2 processes x 1 thread, compiled": (2, 1, True)}
 ROW = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \[rank 0\] step (\d+) ")
 EVERY = 10  # logging.every_steps: one timestamped row per 10 steps
@@ -44,18 +47,48 @@ GLOBAL_BATCH = 16  # configs/icenet.yaml's training.global_batch_size
 
 def create_data(path: Path) -> None:
     """configs/icenet.yaml's synthetic sea-ice store at ``path`` (``neural-arch create-data``)."""
-    subprocess.run([sys.executable, "-m", "neural_arch.cli", "create-data", "--config", "configs/icenet.yaml",
-                    "--set", f"data.path={path}"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neural_arch.cli",
+            "create-data",
+            "--config",
+            "configs/icenet.yaml",
+            "--set",
+            f"data.path={path}",
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 def run(data: Path, out: Path, mode: tuple[int, int, bool], args: argparse.Namespace) -> dict[str, float]:
     """One ``neural-arch train``; its steady-state samples/s, start-up seconds and wall seconds."""
     procs, threads, compiled = mode
-    overrides = [f"data.path={data}", f"run.dir={out}", f"training.steps={args.steps}", "training.val_every=0",
-                 "checkpoint.every_steps=0", "logging.progress=false", "logging.tensorboard=false",
-                 "checkpoint.resume=none", f"logging.every_steps={EVERY}", f"training.compile={str(compiled).lower()}",
-                 *args.set]
-    cmd = [sys.executable, "-m", "neural_arch.cli", "train", "--config", "configs/icenet.yaml", "--nproc-per-node", str(procs)]
+    overrides = [
+        f"data.path={data}",
+        f"run.dir={out}",
+        f"training.steps={args.steps}",
+        "training.val_every=0",
+        "checkpoint.every_steps=0",
+        "logging.progress=false",
+        "logging.tensorboard=false",
+        "checkpoint.resume=none",
+        f"logging.every_steps={EVERY}",
+        f"training.compile={str(compiled).lower()}",
+        *args.set,
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "neural_arch.cli",
+        "train",
+        "--config",
+        "configs/icenet.yaml",
+        "--nproc-per-node",
+        str(procs),
+    ]
     for o in overrides:
         cmd += ["--set", o]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -109,8 +142,11 @@ def compile_step(rounds: int = 3, steps: int = 10) -> None:
             for _ in range(steps):
                 step(model)
             times[name] = (time.perf_counter() - begun) / steps * 1e3
-        print(f"round {r + 1}: eager {times['eager']:.1f} ms/step, compiled {times['compiled']:.1f} ms/step "
-              f"({times['eager'] / times['compiled']:.2f}x)  load {os.getloadavg()[0]:.2f}", flush=True)
+        print(
+            f"round {r + 1}: eager {times['eager']:.1f} ms/step, compiled {times['compiled']:.1f} ms/step "
+            f"({times['eager'] / times['compiled']:.2f}x)  load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -139,21 +175,30 @@ def main() -> None:
             for mode in order:
                 got = run(data, Path(tmp) / f"run_{r}_{list(modes).index(mode)}", modes[mode], args)
                 results[mode].append(got)
-                print(f"round {r + 1}: {mode:34s} {got['rate']:7.1f} samples/s  start-up {got['startup']:5.1f} s "
-                      f"({got['startup'] / got['wall']:4.1%} of {got['wall']:5.1f} s wall)  load {os.getloadavg()[0]:.2f}",
-                      flush=True)
+                print(
+                    f"round {r + 1}: {mode:34s} {got['rate']:7.1f} samples/s  start-up {got['startup']:5.1f} s "
+                    f"({got['startup'] / got['wall']:4.1%} of {got['wall']:5.1f} s wall)  "
+                    f"load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
     report(results, args, load_before)
 
 
-def report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace, load_before: tuple[float, ...]) -> None:
+def report(
+    results: dict[str, list[dict[str, float]]], args: argparse.Namespace, load_before: tuple[float, ...]
+) -> None:
     one, threads, two = (results[m] for m in MODES)
-    print(f"\nconfigs/icenet.yaml, {args.steps} steps per run, timed steps {args.warmup}..{args.steps}, "
-          f"{args.rounds} interleaved rounds, {os.cpu_count()} cores, overrides {args.set or 'none'}")
+    print(
+        f"\nconfigs/icenet.yaml, {args.steps} steps per run, timed steps {args.warmup}..{args.steps}, "
+        f"{args.rounds} interleaved rounds, {os.cpu_count()} cores, overrides {args.set or 'none'}"
+    )
     print(f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
     for r in range(args.rounds):
         vs_one, vs_threads = two[r]["rate"] / one[r]["rate"], two[r]["rate"] / threads[r]["rate"]
-        print(f"round {r + 1}: 2 processes / 1x1 = {vs_one:.2f}x (target >= 1.8), / 1x2 threads = {vs_threads:.2f}x "
-              f"(target > 1){'' if vs_one >= 1.8 and vs_threads > 1 else '  <- target missed'}")
+        print(
+            f"round {r + 1}: 2 processes / 1x1 = {vs_one:.2f}x (target >= 1.8), / 1x2 threads = {vs_threads:.2f}x "
+            f"(target > 1){'' if vs_one >= 1.8 and vs_threads > 1 else '  <- target missed'}"
+        )
     base = statistics.median(x["rate"] for x in one)
     for mode, values in results.items():
         median = statistics.median(x["rate"] for x in values)

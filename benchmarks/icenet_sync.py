@@ -31,12 +31,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from icenet_scaling import GLOBAL_BATCH, create_data  # benchmarks/ is on sys.path when a script here runs
+from two_ranks import on_ranks
 
 from neural_arch.apps.icenet.task import IceNetTask
 from neural_arch.distributed import DistributedSampler
 from neural_arch.training.config import load_config
-from icenet_scaling import GLOBAL_BATCH, create_data  # benchmarks/ is on sys.path when a script here runs
-from two_ranks import on_ranks
 
 
 def batches(task: IceNetTask, batch: int, rank: int, world: int, steps: int) -> list[dict[str, torch.Tensor]]:
@@ -66,8 +66,10 @@ def body(rank: int, args: argparse.Namespace) -> dict[str, list[float]]:
     model = task.build_model()
     if world == 1:  # one process: the whole batch, and half of it (what one of two ranks computes)
         whole, half = batches(task, GLOBAL_BATCH, 0, 1, args.steps), batches(task, GLOBAL_BATCH // 2, 0, 1, args.steps)
-        return {"step16": [compute(task, model, b) * 1e3 for b in whole][args.warmup:],
-                "step8": [compute(task, model, b) * 1e3 for b in half][args.warmup:]}
+        return {
+            "step16": [compute(task, model, b) * 1e3 for b in whole][args.warmup :],
+            "step8": [compute(task, model, b) * 1e3 for b in half][args.warmup :],
+        }
     params = list(model.parameters())
     times: dict[str, list[float]] = {"compute": [], "allreduce": [], "back_to_back": []}
     for rows in batches(task, GLOBAL_BATCH, rank, world, args.steps):
@@ -83,7 +85,7 @@ def body(rank: int, args: argparse.Namespace) -> dict[str, list[float]]:
         times["back_to_back"].append((time.perf_counter() - begun) * 1e3)
     gathered: dict[str, list[float]] = {}
     for name, values in times.items():
-        mine = torch.tensor(values[args.warmup:], dtype=torch.float64)
+        mine = torch.tensor(values[args.warmup :], dtype=torch.float64)
         every = [torch.zeros_like(mine) for _ in range(world)]
         dist.all_gather(every, mine)
         gathered.update({f"{name}{r}": t.tolist() for r, t in enumerate(every)})
@@ -98,12 +100,18 @@ def report_round(r: int, one: dict[str, list[float]], two: dict[str, list[float]
     apart = med(abs(a - b) for a, b in zip(c0, c1))
     step = med(a + b for a, b in zip(c0, two["allreduce0"]))
     steady = max(med(c0), med(c1)) + med(two["back_to_back0"])
-    print(f"round {r + 1}: 1 process {t16:5.1f} ms at 16 samples, {t8:5.1f} ms at 8 | 2 ranks: compute "
-          f"{med(c0):5.1f} / {med(c1):5.1f} ms (spread {statistics.pstdev(c0):4.1f} / {statistics.pstdev(c1):4.1f}), "
-          f"finish {apart:4.1f} ms apart; all-reduce {med(two['allreduce0']):4.1f} / {med(two['allreduce1']):4.1f} ms "
-          f"in the step, {med(two['back_to_back0']):4.2f} back to back", flush=True)
-    print(f"         2-rank step {step:5.1f} ms: {t16 / step:4.2f}x one process (target 1.8); with an all-reduce "
-          f"that never waits {t16 / steady:4.2f}x; 8 samples alone {t16 / t8:4.2f}x", flush=True)
+    print(
+        f"round {r + 1}: 1 process {t16:5.1f} ms at 16 samples, {t8:5.1f} ms at 8 | 2 ranks: compute "
+        f"{med(c0):5.1f} / {med(c1):5.1f} ms (spread {statistics.pstdev(c0):4.1f} / {statistics.pstdev(c1):4.1f}), "
+        f"finish {apart:4.1f} ms apart; all-reduce {med(two['allreduce0']):4.1f} / {med(two['allreduce1']):4.1f} ms "
+        f"in the step, {med(two['back_to_back0']):4.2f} back to back",
+        flush=True,
+    )
+    print(
+        f"         2-rank step {step:5.1f} ms: {t16 / step:4.2f}x one process (target 1.8); with an all-reduce "
+        f"that never waits {t16 / steady:4.2f}x; 8 samples alone {t16 / t8:4.2f}x",
+        flush=True,
+    )
     return t16 / step
 
 
@@ -123,8 +131,10 @@ def main() -> None:
             order = (1, 2) if r % 2 == 0 else (2, 1)
             got = {world: on_ranks(body, args, world=world) for world in order}
             speedups.append(report_round(r, got[1], got[2]))
-    print(f"\nmedian 2-rank speedup {statistics.median(speedups):.2f}x over {args.rounds} rounds of {args.steps} steps "
-          f"({args.warmup} left out)")
+    print(
+        f"\nmedian 2-rank speedup {statistics.median(speedups):.2f}x over {args.rounds} rounds of {args.steps} steps "
+        f"({args.warmup} left out)"
+    )
 
 
 if __name__ == "__main__":

@@ -24,19 +24,23 @@ import time
 from typing import Any, Iterator
 
 import torch.distributed as dist
-
-from gpt_layouts import Case, Run, Shape, build_run, time_steps  # benchmarks/ is on sys.path when a script here runs
 from charts import memory_chart
+from gpt_layouts import Case, Run, Shape, build_run, time_steps  # benchmarks/ is on sys.path when a script here runs
 from memory_count import SavedBytes, state_bytes
-from neural_arch.distributed.parallel import ParallelLayout as L
 from two_ranks import load_average, on_ranks
+
+from neural_arch.distributed.parallel import ParallelLayout as L
 
 JOBS: dict[int, list[Case]] = {
     1: [Case("single", L()), Case("single + AC", L(activation_checkpointing=1))],
-    2: [Case("DDP x2", L(dp_replicate=2), ddp=True), Case("FSDP x2", L(dp_shard=2)),
-        Case("FSDP x2 + AC", L(dp_shard=2, activation_checkpointing=1)), Case("TP x2", L(tp=2)),
+    2: [
+        Case("DDP x2", L(dp_replicate=2), ddp=True),
+        Case("FSDP x2", L(dp_shard=2)),
+        Case("FSDP x2 + AC", L(dp_shard=2, activation_checkpointing=1)),
+        Case("TP x2", L(tp=2)),
         Case("PP x2 1f1b m4", L(pp=2, pp_schedule="1f1b", microbatches=4)),
-        Case("PP x2 gpipe m4", L(pp=2, pp_schedule="gpipe", microbatches=4))],  # for 1f1b's activation saving
+        Case("PP x2 gpipe m4", L(pp=2, pp_schedule="gpipe", microbatches=4)),
+    ],  # for 1f1b's activation saving
     4: [Case("FSDP x4", L(dp_shard=4)), Case("FSDP x2 + TP x2", L(dp_shard=2, tp=2))],
 }
 AC_PAIRS = (("single + AC", "single"), ("FSDP x2 + AC", "FSDP x2"))
@@ -99,12 +103,16 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, f
 
 
 def print_table(results: dict[str, list[dict[str, Any]]], rows: dict[str, dict[str, float]]) -> None:
-    print(f"{'layout':18} {'ranks':>5} {'param MB':>9} {'grad MB':>8} {'Adam MB':>8} {'sum MB':>8} "
-          f"{'saved MB':>9} {'step ms':>8} {'CPU ms':>7}")
+    print(
+        f"{'layout':18} {'ranks':>5} {'param MB':>9} {'grad MB':>8} {'Adam MB':>8} {'sum MB':>8} "
+        f"{'saved MB':>9} {'step ms':>8} {'CPU ms':>7}"
+    )
     for name, row in rows.items():
-        print(f"{name:18} {row['ranks']:5d} {row['param'] / MB:9.3f} {row['grad'] / MB:8.3f} "
-              f"{row['optim'] / MB:8.3f} {row['state'] / MB:8.3f} {row['saved'] / MB:9.3f} "
-              f"{row['step'] * 1e3:8.1f} {row['cpu'] * 1e3:7.1f}")
+        print(
+            f"{name:18} {row['ranks']:5d} {row['param'] / MB:9.3f} {row['grad'] / MB:8.3f} "
+            f"{row['optim'] / MB:8.3f} {row['state'] / MB:8.3f} {row['saved'] / MB:9.3f} "
+            f"{row['step'] * 1e3:8.1f} {row['cpu'] * 1e3:7.1f}"
+        )
         sums = [(r["param"] + r["grad"] + r["optim"]) / MB for r in results[name]]
         saved = [r["saved"] / MB for r in results[name]]
         if max(sums) - min(sums) > 0.01 * max(sums) or max(saved) - min(saved) > 0.01 * max(saved):
@@ -116,21 +124,27 @@ def print_targets(results: dict[str, list[dict[str, Any]]], rows: dict[str, dict
         if "DDP x2" not in rows or f"FSDP x{n}" not in rows:
             continue  # --worlds left one of them out
         ratio = rows[f"FSDP x{n}"]["state"] / rows["DDP x2"]["state"]
-        print(f"FSDP x{n} / DDP per-rank param+grad+Adam: {ratio:.4f} (ideal {1 / n:.4f}, target <= {1.05 / n:.4f}: "
-              f"{'met' if ratio <= 1.05 / n else 'NOT met'})")
+        print(
+            f"FSDP x{n} / DDP per-rank param+grad+Adam: {ratio:.4f} (ideal {1 / n:.4f}, target <= {1.05 / n:.4f}: "
+            f"{'met' if ratio <= 1.05 / n else 'NOT met'})"
+        )
     for on, off in (pair for pair in AC_PAIRS if set(pair) <= set(rows)):
         fewer = 1 - rows[on]["saved"] / rows[off]["saved"]
         verdict = "met" if fewer >= 0.6 else "NOT met"
         print(f"{on} vs {off}: saved bytes {100 * fewer:.1f}% fewer (target >= 60%: {verdict})")
         share = results[off][0]["forward_share"]
-        print(f"    forward = {100 * share:.1f}% of a {off} step (CPU time): recomputing every block's forward "
-              f"can add up to about that")
+        print(
+            f"    forward = {100 * share:.1f}% of a {off} step (CPU time): recomputing every block's forward "
+            f"can add up to about that"
+        )
         pairs = list(zip(results[on][0]["times"], results[off][0]["times"], strict=True))
         for i, (what, key) in enumerate((("wall", "step"), ("CPU", "cpu"))):
             ratio = rows[on][key] / rows[off][key]
             paired = statistics.median(a[i] / b[i] for a, b in pairs)
-            print(f"    {what} time per step x{ratio:.3f}, median of per-round ratios x{paired:.3f} "
-                  f"(target <= 1.40: {'met' if max(ratio, paired) <= 1.40 else 'NOT met'})")
+            print(
+                f"    {what} time per step x{ratio:.3f}, median of per-round ratios x{paired:.3f} "
+                f"(target <= 1.40: {'met' if max(ratio, paired) <= 1.40 else 'NOT met'})"
+            )
 
 
 def main() -> None:

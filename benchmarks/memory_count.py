@@ -49,8 +49,11 @@ def state_bytes(modules: list[nn.Module], opt: torch.optim.Optimizer) -> dict[st
     params = list({id(p): p for m in modules for p in m.parameters()}.values())
     optim = [v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
     seen: set[int] = set()
-    return {"param": storage_bytes(params, seen), "grad": storage_bytes((p.grad for p in params), seen),
-            "optim": storage_bytes(optim, seen)}
+    return {
+        "param": storage_bytes(params, seen),
+        "grad": storage_bytes((p.grad for p in params), seen),
+        "optim": storage_bytes(optim, seen),
+    }
 
 
 class _Held:
@@ -58,7 +61,7 @@ class _Held:
 
     __slots__ = ("counter", "ptr", "tensor")
 
-    def __init__(self, counter: "SavedBytes", ptr: int, tensor: torch.Tensor) -> None:
+    def __init__(self, counter: SavedBytes, ptr: int, tensor: torch.Tensor) -> None:
         self.counter, self.ptr, self.tensor = counter, ptr, tensor
 
     def __del__(self) -> None:

@@ -37,15 +37,22 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from neural_arch.utils.ports import free_port
 from peers_report import chart, report  # benchmarks/ is on sys.path when a script here runs
 from peers_run import Record, clean_env, run_command
 from peers_setup import GPT_CONFIG, GPT_VAL_FRACTION, WORLD, config
 from two_ranks import load_average
 
+from neural_arch.utils.ports import free_port
+
 PEERS = ["raw DDP (torchrun)", "Lightning Fabric", "Accelerate", "ours: bare DDP", "ours: neural-arch train"]
-TRAINER_SETS = ["logging.every_steps=1", "logging.progress=false", "logging.tensorboard=false",
-                "checkpoint.every_steps=0", "checkpoint.resume=none", "training.val_every=0"]
+TRAINER_SETS = [
+    "logging.every_steps=1",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+    "checkpoint.every_steps=0",
+    "checkpoint.resume=none",
+    "training.val_every=0",
+]
 
 
 def command(peer: str, workload: str, steps: int, data: Path, out: Path) -> list[str]:
@@ -57,9 +64,25 @@ def command(peer: str, workload: str, steps: int, data: Path, out: Path) -> list
     if peer == "Lightning Fabric":
         return [py, script, "fabric", *args]
     if peer == "Accelerate":  # its default port, 29500, is every torch job's default: take a free one
-        return [py, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(WORLD), "--num_machines",
-                "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-                script, "accelerate", *args]
+        return [
+            py,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            str(WORLD),
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "--main_process_port",
+            str(free_port()),
+            script,
+            "accelerate",
+            *args,
+        ]
     if peer == "ours: bare DDP":
         return [py, "-m", "neural_arch.distributed.launcher", f"--nproc_per_node={WORLD}", script, "ours", *args]
     path, _, sets = config(workload, steps, str(data))
@@ -74,8 +97,21 @@ def ensure_corpus(data: Path) -> None:
     if (data / "gpt_corpus" / "manifest.json").exists():
         return
     print(f"creating the GPT corpus under {data} (once) ...", flush=True)
-    subprocess.run([sys.executable, "-m", "neural_arch.cli", "create-data", "--config", GPT_CONFIG, "--set",
-                    f"data.path={data / 'gpt_corpus'}", "--set", f"data.val_fraction={GPT_VAL_FRACTION}"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neural_arch.cli",
+            "create-data",
+            "--config",
+            GPT_CONFIG,
+            "--set",
+            f"data.path={data / 'gpt_corpus'}",
+            "--set",
+            f"data.val_fraction={GPT_VAL_FRACTION}",
+        ],
+        check=True,
+    )
 
 
 def precompile() -> None:
@@ -112,7 +148,7 @@ def main() -> None:
     try:
         for r in range(args.rounds):
             for workload in workloads:
-                for peer in PEERS[r % len(PEERS):] + PEERS[: r % len(PEERS)]:
+                for peer in PEERS[r % len(PEERS) :] + PEERS[: r % len(PEERS)]:
                     out = tmp / f"r{r}-{workload}-{PEERS.index(peer)}"
                     try:
                         rec: Optional[Record] = one_run(peer, workload, steps[workload], data, out)
@@ -121,8 +157,11 @@ def main() -> None:
                         print(f"round {r + 1} {workload} {peer:<24} FAILED: {str(exc)[:2000]}", flush=True)
                     records[workload][peer].append(rec)
                     if rec is not None:
-                        print(f"round {r + 1} {workload} {peer:<24} first step {rec.stamps[0] - rec.started:6.2f} s, "
-                              f"wall {rec.wall_s:6.1f} s", flush=True)
+                        print(
+                            f"round {r + 1} {workload} {peer:<24} first step {rec.stamps[0] - rec.started:6.2f} s, "
+                            f"wall {rec.wall_s:6.1f} s",
+                            flush=True,
+                        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"end: {load_average()}")

@@ -15,7 +15,6 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display on this machine
 import matplotlib.pyplot as plt
-
 from peers_run import Record
 
 SKIP = 2
@@ -45,8 +44,10 @@ def report(workload: str, steps: int, records: dict[str, list[Optional[Record]]]
     ref = records[base]
     ref_loss = _ok(ref)[0].loss
     print(f"\n{workload}: {steps} steps, global batch {batch}, {len(ref)} rounds (medians over rounds)")
-    print(f"{'framework':<24} {'step ms':>8} {'samples/s':>9} {'x raw':>6} {'first step s':>12} {'x raw':>6} "
-          f"{'peak RSS MiB r0/r1':>18} {'final loss':>12} {'- raw DDP':>10}")
+    print(
+        f"{'framework':<24} {'step ms':>8} {'samples/s':>9} {'x raw':>6} {'first step s':>12} {'x raw':>6} "
+        f"{'peak RSS MiB r0/r1':>18} {'final loss':>12} {'- raw DDP':>10}"
+    )
     for peer, all_runs in records.items():
         runs = _ok(all_runs)
         step = statistics.median(step_s(r) for r in runs)
@@ -55,18 +56,24 @@ def report(workload: str, steps: int, records: dict[str, list[Optional[Record]]]
         losses = {r.loss for r in runs}
         note = "" if len(losses) == 1 else f" (varies over rounds by {max(losses) - min(losses):.2e})"
         note += "" if len(runs) == len(all_runs) else f" ({len(all_runs) - len(runs)} failed run(s) left out)"
-        print(f"{peer:<24} {step * 1e3:8.1f} {batch / step:9.1f} {_per_round(all_runs, ref, step_s):6.3f} {first:12.2f} "
-              f"{_per_round(all_runs, ref, first_step_s):6.2f} {rss[0]:8.0f} / {rss[1]:<7.0f} {runs[0].loss:12.8f} "
-              f"{runs[0].loss - ref_loss:+10.2e}{note}")
-    print("per-round step ms:", {p: [None if r is None else round(step_s(r) * 1e3, 1) for r in runs]
-                                 for p, runs in records.items()})
+        print(
+            f"{peer:<24} {step * 1e3:8.1f} {batch / step:9.1f} {_per_round(all_runs, ref, step_s):6.3f} {first:12.2f} "
+            f"{_per_round(all_runs, ref, first_step_s):6.2f} {rss[0]:8.0f} / {rss[1]:<7.0f} {runs[0].loss:12.8f} "
+            f"{runs[0].loss - ref_loss:+10.2e}{note}"
+        )
+    print(
+        "per-round step ms:",
+        {p: [None if r is None else round(step_s(r) * 1e3, 1) for r in runs] for p, runs in records.items()},
+    )
     startup(records)
 
 
 def startup(records: dict[str, list[Optional[Record]]]) -> None:
     """Where the time to the first step goes (medians over rounds, seconds from the command's start)."""
-    print("start-up, seconds from the command (rank 0): script running / process group joined / "
-          "trainer set up / first step done")
+    print(
+        "start-up, seconds from the command (rank 0): script running / process group joined / "
+        "trainer set up / first step done"
+    )
     for peer, all_runs in records.items():
         runs = _ok(all_runs)
         marks = []

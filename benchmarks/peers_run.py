@@ -83,8 +83,9 @@ def _watch(proc: subprocess.Popen, timeout: float) -> tuple[dict[int, float], di
     return peaks, ranks
 
 
-def run_command(cmd: list[str], out: Path, env: dict[str, str], trainer_dir: Optional[Path] = None,
-                timeout: float = 900) -> Record:
+def run_command(
+    cmd: list[str], out: Path, env: dict[str, str], trainer_dir: Optional[Path] = None, timeout: float = 900
+) -> Record:
     """Run ``cmd``; read the peers' rank_N.json from ``out``, or the trainer's logs from ``trainer_dir``."""
     started = time.time()
     with open(out / "console.txt", "w") as console:
@@ -128,6 +129,10 @@ def _trainer_stamps(run_dir: Path) -> tuple[list[float], float, dict[str, float]
 
 def clean_env() -> dict[str, str]:
     """The environment every command gets: 1 thread per process, gloo on loopback, no inherited rank."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
     return env

@@ -38,9 +38,19 @@ GPT_VAL_FRACTION = 0.002
 """The trainer validates the whole split once at its end; 0.002 of the corpus keeps that ~1 s."""
 MLP_OVERRIDES = [
     # The comm-bound MLP of compression.py's size: 64 -> 2048 x3 -> 10, 8.55 M parameters.
-    "run.task=regression", "data.features=64", "data.targets=10", "model.hidden=2048", "model.depth=3",
-    "data.num_samples=16384", "data.val_samples=64", "training.global_batch_size=128", "optim.name=sgd",
-    "optim.lr=0.01", "optim.momentum=0.9", "schedule.decay=constant", "schedule.warmup_steps=0",
+    "run.task=regression",
+    "data.features=64",
+    "data.targets=10",
+    "model.hidden=2048",
+    "model.depth=3",
+    "data.num_samples=16384",
+    "data.val_samples=64",
+    "training.global_batch_size=128",
+    "optim.name=sgd",
+    "optim.lr=0.01",
+    "optim.momentum=0.9",
+    "schedule.decay=constant",
+    "schedule.warmup_steps=0",
 ]
 
 
@@ -88,8 +98,13 @@ def build(workload: str, steps: int, data_dir: str, rank: int) -> Setup:
     task = task_class(cfg.run.task)(cfg)
     model = task.build_model()
     optimizer = build_optimizer(cfg, model)
-    sampler = DistributedSampler(dataset_size=task.train_size, batch_size=cfg.training.global_batch_size,
-                                 seed=cfg.run.seed, rank=rank, num_replicas=WORLD)
+    sampler = DistributedSampler(
+        dataset_size=task.train_size,
+        batch_size=cfg.training.global_batch_size,
+        seed=cfg.run.seed,
+        rank=rank,
+        num_replicas=WORLD,
+    )
     shares: list[torch.Tensor] = []
     while len(shares) < steps:
         shares += [torch.tensor(b, dtype=torch.long) for b in sampler][: steps - len(shares)]

@@ -19,19 +19,25 @@ import time
 
 LAUNCHED = time.time()  # before any other import: the launcher's cost is the gap from the command's start
 
-import argparse
-from typing import Any, Callable
+# The imports below come after LAUNCHED on purpose (E402): their cost counts as start-up.
+import argparse  # noqa: E402
+from typing import Any, Callable  # noqa: E402
 
-import torch
-
-from peers_setup import WORLD, Setup, build, global_loss, stamp, write_result  # benchmarks/ is on sys.path
+import torch  # noqa: E402
+from peers_setup import WORLD, Setup, build, global_loss, stamp, write_result  # noqa: E402 - benchmarks/ is on sys.path
 
 PHASES: dict[str, float] = {"launched": LAUNCHED}
 """Rank 0's wall-clock times of its start-up phases (launched, joined the process group), written with its record."""
 
 
-def train(s: Setup, model: Any, optimizer: Any, backward: Callable[[torch.Tensor], None],
-          clip: Callable[[float], None], rank: int) -> float:
+def train(
+    s: Setup,
+    model: Any,
+    optimizer: Any,
+    backward: Callable[[torch.Tensor], None],
+    clip: Callable[[float], None],
+    rank: int,
+) -> float:
     """The shared loop; the exact global loss of the last step's batch."""
     clip_to = s.clip()
     for step in range(len(s.shares)):
@@ -56,8 +62,14 @@ def raw(args: argparse.Namespace) -> None:
     PHASES["joined"] = time.time()
     s = build(args.workload, args.steps, args.data, rank)
     model = torch.nn.parallel.DistributedDataParallel(s.model)
-    loss = train(s, model, s.optimizer, lambda x: x.backward(),
-                 lambda c: torch.nn.utils.clip_grad_norm_(model.parameters(), c), rank)
+    loss = train(
+        s,
+        model,
+        s.optimizer,
+        lambda x: x.backward(),
+        lambda c: torch.nn.utils.clip_grad_norm_(model.parameters(), c),
+        rank,
+    )
     write_result(args.out, rank, s.stamps, loss, PHASES)
     dist.destroy_process_group()
 
@@ -97,8 +109,14 @@ def ours(args: argparse.Namespace) -> None:
     PHASES["joined"] = time.time()
     s = build(args.workload, args.steps, args.data, rank)
     model = nd.DistributedDataParallel(s.model)
-    loss = train(s, model, s.optimizer, lambda x: x.backward(),
-                 lambda c: torch.nn.utils.clip_grad_norm_(model.parameters(), c), rank)
+    loss = train(
+        s,
+        model,
+        s.optimizer,
+        lambda x: x.backward(),
+        lambda c: torch.nn.utils.clip_grad_norm_(model.parameters(), c),
+        rank,
+    )
     write_result(args.out, rank, s.stamps, loss, PHASES)
     nd.destroy_process_group()
 

@@ -30,12 +30,12 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
-from torch.distributed.pipelining.stage import _PipelineStageBase
-
 from charts import pipeline_chart
 from gpt_layouts import Case, Run, Shape, build_run  # benchmarks/ is on sys.path when a script here runs
-from neural_arch.distributed.parallel import SCHEDULES, ParallelLayout
+from torch.distributed.pipelining.stage import _PipelineStageBase
 from two_ranks import load_average, on_ranks
+
+from neural_arch.distributed.parallel import SCHEDULES, ParallelLayout
 
 MICROBATCH_ROWS = 4
 BUSY = [0.0]  # seconds inside per-micro-batch compute calls since the last reset (this process)
@@ -130,22 +130,34 @@ def summarize(pp: int, micro: list[int], everyone: list[dict[str, Any]]) -> list
         per_rank = [r["steps"][case.name] for r in everyone]
         idle = [statistics.median(1 - busy / wall for wall, busy in steps) for steps in per_rank]
         chunks = case.layout.microbatches * case.layout.stages_per_rank
-        rows.append({"pp": pp, "schedule": case.layout.pp_schedule, "m": case.layout.microbatches,
-                     "v": case.layout.stages_per_rank, "idle_ranks": idle, "idle": statistics.mean(idle),
-                     "theory": theory(pp, case.layout.microbatches, case.layout.stages_per_rank),
-                     "step_ms": statistics.median(w for w, _ in per_rank[0]) * 1e3,
-                     "chunk_ms": statistics.median(b / chunks for _, b in per_rank[0]) * 1e3,
-                     "send_ms": everyone[0]["send_ms"]})
+        rows.append(
+            {
+                "pp": pp,
+                "schedule": case.layout.pp_schedule,
+                "m": case.layout.microbatches,
+                "v": case.layout.stages_per_rank,
+                "idle_ranks": idle,
+                "idle": statistics.mean(idle),
+                "theory": theory(pp, case.layout.microbatches, case.layout.stages_per_rank),
+                "step_ms": statistics.median(w for w, _ in per_rank[0]) * 1e3,
+                "chunk_ms": statistics.median(b / chunks for _, b in per_rank[0]) * 1e3,
+                "send_ms": everyone[0]["send_ms"],
+            }
+        )
     return rows
 
 
 def print_rows(rows: list[dict[str, Any]], skipped: dict[str, str]) -> None:
-    print(f"{'pp':>2} {'schedule':17} {'m':>2} {'v':>2} {'step ms':>8} {'idle per rank':30} {'mean':>6} "
-          f"{'theory':>6} {'compute/chunk ms':>16} {'send ms':>7}")
+    print(
+        f"{'pp':>2} {'schedule':17} {'m':>2} {'v':>2} {'step ms':>8} {'idle per rank':30} {'mean':>6} "
+        f"{'theory':>6} {'compute/chunk ms':>16} {'send ms':>7}"
+    )
     for r in rows:
         ranks = " ".join(f"{x:.3f}" for x in r["idle_ranks"])
-        print(f"{r['pp']:2d} {r['schedule']:17} {r['m']:2d} {r['v']:2d} {r['step_ms']:8.1f} {ranks:30} "
-              f"{r['idle']:6.3f} {r['theory']:6.3f} {r['chunk_ms']:16.1f} {r['send_ms']:7.2f}")
+        print(
+            f"{r['pp']:2d} {r['schedule']:17} {r['m']:2d} {r['v']:2d} {r['step_ms']:8.1f} {ranks:30} "
+            f"{r['idle']:6.3f} {r['theory']:6.3f} {r['chunk_ms']:16.1f} {r['send_ms']:7.2f}"
+        )
     for name, why in skipped.items():
         print(f"{name}: not run ({why})")
 
@@ -163,8 +175,10 @@ def main() -> None:
     for pp in args.pp:
         rows += summarize(pp, args.micro, on_ranks(body, (pp, args), pp))
         skipped.update(cases(pp, args.micro)[1])
-    print(f"GPT d256 x 8 blocks, ctx 128, {MICROBATCH_ROWS} sequences per micro-batch, float32; "
-          f"rounds {args.rounds}, warm-up {args.warmup}; compute/chunk: rank 0's busy time per stage per micro-batch")
+    print(
+        f"GPT d256 x 8 blocks, ctx 128, {MICROBATCH_ROWS} sequences per micro-batch, float32; "
+        f"rounds {args.rounds}, warm-up {args.warmup}; compute/chunk: rank 0's busy time per stage per micro-batch"
+    )
     print_rows(rows, skipped)
     print(f"before: {before}; after: {load_average()}")
     if args.png:

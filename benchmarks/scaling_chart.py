@@ -13,7 +13,6 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display on this machine
 import matplotlib.pyplot as plt
-
 from scaling_math import LINKS, efficiency
 
 NS = [2**k for k in range(11)]
@@ -34,8 +33,11 @@ def chart(profiles: dict[str, dict[str, Any]], path: str) -> None:
         ax.set_title(f"{name}: {grad_mb:.1f} MB gradients, {prof['batch']} samples/rank")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, title="solid: exact; dashed: PowerSGD r=4", title_fontsize=7)
-    fig.suptitle("Predicted weak scaling, ring all-reduce with bucketed backward overlap; compute = one core here "
-                 "(benchmarks/scaling_model.py)", fontsize=10)
+    fig.suptitle(
+        "Predicted weak scaling, ring all-reduce with bucketed backward overlap; compute = one core here "
+        "(benchmarks/scaling_model.py)",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -100,8 +100,7 @@ def bucket_seconds(prof: dict[str, Any], members: list[int], n: int, link: Link,
         else:
             rest += prof["bytes"][i]
     # Q is computed from the all-reduced P, so the two cannot run at once; exact tensors travel with P.
-    return ring(p_bytes + rest, n, link) + ring(q_bytes, n, link) + \
-        share * prof["compress"][f"powersgd{r}"]
+    return ring(p_bytes + rest, n, link) + ring(q_bytes, n, link) + share * prof["compress"][f"powersgd{r}"]
 
 
 def step_time(prof: dict[str, Any], n: int, link: Link, compression: str = "none", overlap: bool = True) -> float:

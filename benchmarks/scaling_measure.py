@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+from compression import make_model as make_mlp  # benchmarks/ is on sys.path when a script here runs
 from torch import nn
 
-from compression import make_model as make_mlp  # benchmarks/ is on sys.path when a script here runs
 from neural_arch.apps.gpt.model import GPT
 from neural_arch.apps.icenet.model import IceNetUNet
 from neural_arch.distributed.data_parallel.low_rank import compress, first_memory, plan_bucket
@@ -45,21 +45,31 @@ def build(name: str) -> tuple[nn.Module, torch.optim.Optimizer, Callable[[nn.Mod
     if name == "MLP":
         model = make_mlp()
         x, y = torch.randn(b, 64), torch.randint(0, 10, (b,))
-        return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), \
-            lambda m: nn.functional.cross_entropy(m(x), y)
+        return (
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+            lambda m: nn.functional.cross_entropy(m(x), y),
+        )
     if name == "U-Net":  # configs/icenet.yaml: 8 input channels (3 SIC lags + 5), 48 x 48 grid, 3 leads
         model = IceNetUNet(8, leads=3, widths=(16, 32, 64))
         x, y = torch.randn(b, 8, 48, 48), torch.randint(0, 3, (b, 3, 48, 48))
-        return model, torch.optim.AdamW(model.parameters(), lr=0.003), \
-            lambda m: nn.functional.cross_entropy(m(x).permute(0, 2, 1, 3, 4), y)
+        return (
+            model,
+            torch.optim.AdamW(model.parameters(), lr=0.003),
+            lambda m: nn.functional.cross_entropy(m(x).permute(0, 2, 1, 3, 4), y),
+        )
     model = GPT(d_model=96, n_layers=4, n_heads=4, mlp_ratio=4, dropout=0.0, positional="rotary", context=128)
     tokens = torch.randint(0, 256, (b, 129))
-    return model, torch.optim.AdamW(model.parameters(), lr=0.003, betas=(0.9, 0.95), weight_decay=0.01), \
-        lambda m: nn.functional.cross_entropy(m(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+    return (
+        model,
+        torch.optim.AdamW(model.parameters(), lr=0.003, betas=(0.9, 0.95), weight_decay=0.01),
+        lambda m: nn.functional.cross_entropy(m(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()),
+    )
 
 
-def _one_profile(name: str, steps: int, together: Callable[[], Any] = lambda: None,
-                 compression: bool = True) -> dict[str, Any]:
+def _one_profile(
+    name: str, steps: int, together: Callable[[], Any] = lambda: None, compression: bool = True
+) -> dict[str, Any]:
     """Compute profile of ``name``; ``together()`` runs before every timed step (a barrier
     when the ranks profile at once); ``compression``: also time compressing the gradient."""
     model, opt, loss_of = build(name)
@@ -83,11 +93,15 @@ def _one_profile(name: str, steps: int, together: Callable[[], Any] = lambda: No
             for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
                 times[key].append(value)
             ready_runs.append([ready[i] - t1 for i in range(len(params))])
-    return {**{k: statistics.median(v) for k, v in times.items()},
-            "ready": [statistics.median(r[i] for r in ready_runs) for i in range(len(params))],
-            "bytes": [p.numel() * p.element_size() for p in params], "shapes": [list(p.shape) for p in params],
-            "batch": BATCH[name], "compress": _compression_costs(params) if compression else {},
-            "ddp_copies": _ddp_copy_seconds([p.grad for p in params], together)}
+    return {
+        **{k: statistics.median(v) for k, v in times.items()},
+        "ready": [statistics.median(r[i] for r in ready_runs) for i in range(len(params))],
+        "bytes": [p.numel() * p.element_size() for p in params],
+        "shapes": [list(p.shape) for p in params],
+        "batch": BATCH[name],
+        "compress": _compression_costs(params) if compression else {},
+        "ddp_copies": _ddp_copy_seconds([p.grad for p in params], together),
+    }
 
 
 def _ddp_copy_seconds(grads: list[torch.Tensor], together: Callable[[], Any], repeat: int = 5) -> float:
@@ -178,5 +192,8 @@ def one_round(rank: int, args: Any) -> dict[str, Any]:
     (which drifts by tens of percent within minutes on this VM) is the same for all three:
     the compute profile taken on every rank at once, the all-reduce curve, and DDP's steps."""
     world = dist.get_world_size()
-    return {"profile": concurrent_profile(rank, args), "curve": allreduce_curve(rank, args) if world > 1 else None,
-            "ddp": ddp_steps(rank, args)}
+    return {
+        "profile": concurrent_profile(rank, args),
+        "curve": allreduce_curve(rank, args) if world > 1 else None,
+        "ddp": ddp_steps(rank, args),
+    }

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from scaling_chart import chart  # benchmarks/ is on sys.path when a script here runs
 from scaling_math import COMPRESSIONS, LINKS, Link, efficiency, ring, step_time
 from scaling_measure import MODELS, RANKS, one_round, profile
@@ -61,9 +60,13 @@ def check(rounds: dict[int, list[dict[str, Any]]]) -> None:
     """Prediction vs measurement at every N here, each from the same round's measurements
     (``scaling_measure.one_round``; N = 4 uses the ring extrapolation of that round's 2-rank fit,
     ``shared`` by 4 ranks on this machine's cores)."""
-    print(f"\ncheck against DDP measured here ({len(rounds[1])} interleaved rounds; medians over rounds, "
-          "error: median of the per-round errors):")
-    print(f"{'model':<7} {'N':>2} {'measured':>10} {'serial model':>13} {'error':>7} {'overlap model':>14} {'error':>7}")
+    print(
+        f"\ncheck against DDP measured here ({len(rounds[1])} interleaved rounds; medians over rounds, "
+        "error: median of the per-round errors):"
+    )
+    print(
+        f"{'model':<7} {'N':>2} {'measured':>10} {'serial model':>13} {'error':>7} {'overlap model':>14} {'error':>7}"
+    )
     links = [fit_loopback(r["curve"]) for r in rounds[2]]
     for name in MODELS:
         for n in RANKS:
@@ -75,8 +78,10 @@ def check(rounds: dict[int, list[dict[str, Any]]]) -> None:
                 overlap.append(step_time(r["profile"][name], n, seen, overlap=True))
             err_s = statistics.median(p / g - 1 for p, g in zip(serial, got))
             err_o = statistics.median(p / g - 1 for p, g in zip(overlap, got))
-            print(f"{name:<7} {n:>2} {statistics.median(got) * 1e3:8.1f} ms {statistics.median(serial) * 1e3:10.1f} ms "
-                  f"{err_s:+7.1%} {statistics.median(overlap) * 1e3:11.1f} ms {err_o:+7.1%}")
+            print(
+                f"{name:<7} {n:>2} {statistics.median(got) * 1e3:8.1f} ms {statistics.median(serial) * 1e3:10.1f} ms "
+                f"{err_s:+7.1%} {statistics.median(overlap) * 1e3:11.1f} ms {err_o:+7.1%}"
+            )
 
 
 def projections(profs: dict[str, Any]) -> None:
@@ -84,17 +89,22 @@ def projections(profs: dict[str, Any]) -> None:
         prof = profs[name]
         grad_mb = sum(prof["bytes"]) / 1e6
         one = step_time(prof, 1, LINKS[0])
-        print(f"\n{name}: {grad_mb:.2f} MB of gradients, {prof['batch']} samples per rank, one rank {one * 1e3:.1f} ms "
-              f"per step ({(prof['forward'] + prof['backward']) / prof['batch'] * 1e3:.2f} ms compute per sample)")
-        print(f"  measured: forward {prof['forward'] * 1e3:.1f} ms, backward {prof['backward'] * 1e3:.1f} ms, optimizer "
-              f"{prof['optimizer'] * 1e3:.1f} ms, DDP's gradient copies {prof['ddp_copies'] * 1e3:.1f} ms; "
-              "compression compute per step: "
-              + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in prof["compress"].items()))
+        print(
+            f"\n{name}: {grad_mb:.2f} MB of gradients, {prof['batch']} samples per rank, one rank {one * 1e3:.1f} ms "
+            f"per step ({(prof['forward'] + prof['backward']) / prof['batch'] * 1e3:.2f} ms compute per sample)"
+        )
+        print(
+            f"  measured: forward {prof['forward'] * 1e3:.1f} ms, backward {prof['backward'] * 1e3:.1f} ms, optimizer "
+            f"{prof['optimizer'] * 1e3:.1f} ms, DDP's gradient copies {prof['ddp_copies'] * 1e3:.1f} ms; "
+            "compression compute per step: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in prof["compress"].items())
+        )
         print(f"{'link':<15} {'compression':<11} " + " ".join(f"{'N=' + str(n):>14}" for n in SHOWN))
         for link in LINKS:
             for comp in COMPRESSIONS:
-                cells = [f"{step_time(prof, n, link, comp) * 1e3:7.1f}ms {efficiency(prof, n, link, comp):4.0%}"
-                         for n in SHOWN]
+                cells = [
+                    f"{step_time(prof, n, link, comp) * 1e3:7.1f}ms {efficiency(prof, n, link, comp):4.0%}"
+                    for n in SHOWN
+                ]
                 print(f"{link.name:<15} {comp:<11} " + " ".join(f"{c:>14}" for c in cells))
 
 
@@ -109,18 +119,22 @@ def main() -> None:
     profs = on_ranks(profile, args, 1)
     rounds: dict[int, list[dict[str, Any]]] = {n: [] for n in RANKS}
     for r in range(args.rounds):
-        for n in RANKS[r % len(RANKS):] + RANKS[: r % len(RANKS)]:
+        for n in RANKS[r % len(RANKS) :] + RANKS[: r % len(RANKS)]:
             rounds[n].append(on_ranks(one_round, args, n))
             print(f"round {r + 1}: {n} process(es), DDP step {rounds[n][-1]['ddp']}", flush=True)
     print(f"end of measurements: {load_average()}")
     curves = {n: rounds[n][-1]["curve"] for n in (2, 4)}
     link = fit_loopback(curves[2])
-    print(f"\nloopback gloo fit (2 ranks, last round): alpha {link.alpha * 2e6:.0f} us per all-reduce, "
-          f"bus bandwidth {link.bandwidth / 1e9:.2f} GB/s")
+    print(
+        f"\nloopback gloo fit (2 ranks, last round): alpha {link.alpha * 2e6:.0f} us per all-reduce, "
+        f"bus bandwidth {link.bandwidth / 1e9:.2f} GB/s"
+    )
     print(f"{'bytes':>10} {'2 ranks':>10} {'fit':>10} {'4 ranks':>10} {'ring from fit':>14} {'shared cores':>13}")
     for size, seconds in sorted(curves[2].items()):
-        print(f"{size:>10} {seconds * 1e3:8.2f}ms {ring(size, 2, link) * 1e3:8.2f}ms {curves[4][size] * 1e3:8.2f}ms "
-              f"{ring(size, 4, link) * 1e3:12.2f}ms {ring(size, 4, shared(link, 4)) * 1e3:11.2f}ms")
+        print(
+            f"{size:>10} {seconds * 1e3:8.2f}ms {ring(size, 2, link) * 1e3:8.2f}ms {curves[4][size] * 1e3:8.2f}ms "
+            f"{ring(size, 4, link) * 1e3:12.2f}ms {ring(size, 4, shared(link, 4)) * 1e3:11.2f}ms"
+        )
     check(rounds)
     projections(profs)
     chart(profs, args.chart)

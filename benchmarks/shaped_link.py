@@ -28,9 +28,13 @@ MARK = "--on-shaped-link"
 
 
 def add_link_option(parser: ArgumentParser) -> None:
-    parser.add_argument("--link-gbit", type=float, default=0.0,
-                        help="limit the ranks' traffic as if each host had its own link of this many Gb/s "
-                             "(a shaped loopback in a private network namespace; root or user namespaces); 0: unshaped")
+    parser.add_argument(
+        "--link-gbit",
+        type=float,
+        default=0.0,
+        help="limit the ranks' traffic as if each host had its own link of this many Gb/s "
+        "(a shaped loopback in a private network namespace; root or user namespaces); 0: unshaped",
+    )
     parser.add_argument(MARK, action="store_true", help=SUPPRESS)
 
 
@@ -44,10 +48,14 @@ def rerun_on_shaped_link(args: Namespace) -> None:
         sys.exit(f"--link-gbit {gbit}: must be > 0 (Gb/s per host), or 0 for the machine's loopback")
     missing = [tool for tool in ("unshare", "tc", "ip") if shutil.which(tool) is None]
     if missing:
-        sys.exit(f"--link-gbit needs {', '.join(missing)} (util-linux, iproute2); install them or leave --link-gbit at 0")
+        sys.exit(
+            f"--link-gbit needs {', '.join(missing)} (util-linux, iproute2); install them or leave --link-gbit at 0"
+        )
     user = [] if os.geteuid() == 0 else ["--map-root-user"]
-    setup = (f"ip link set lo up && tc qdisc add dev lo root tbf rate {2 * gbit:g}gbit burst 4mb latency 50ms "
-             '&& exec "$0" "$@"')
+    setup = (
+        f"ip link set lo up && tc qdisc add dev lo root tbf rate {2 * gbit:g}gbit burst 4mb latency 50ms "
+        '&& exec "$0" "$@"'
+    )
     status = subprocess.call(["unshare", "--net", *user, "sh", "-c", setup, sys.executable, *sys.argv, MARK])
     if status == 1 and os.geteuid() != 0:
         print("--link-gbit: could not shape a private loopback (needs root or user namespaces)", file=sys.stderr)

@@ -39,18 +39,34 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
-from neural_arch.distributed.launcher.scratch import TORCH_CACHE
 from soak_faults import inject, wait_clean  # benchmarks/ is on sys.path when a script here runs
 from soak_report import final_params, outcome, print_table, recovery
 from soak_worker import PLAN_FILE, STEPS_FILE
 
+from neural_arch.distributed.launcher.scratch import TORCH_CACHE
+
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("kill_rank", "ckpt", "sigstop", "kill_restart", "exception", "kill_launcher")
 STEPS, EVERY, PACE = 24, 3, 0.2
-TRAIN = ["--config", str(ROOT / "configs" / "tiny.yaml"), "--nproc-per-node", "2", "--set",
-         "training.precision=fp64", "data.num_samples=101", "data.val_samples=25", "training.global_batch_size=12",
-         "model.hidden=8", f"training.steps={STEPS}", f"checkpoint.every_steps={EVERY}", "checkpoint.keep_last=3",
-         "training.max_restarts=3", "training.timeout=15", "logging.progress=false", "logging.tensorboard=false"]
+TRAIN = [
+    "--config",
+    str(ROOT / "configs" / "tiny.yaml"),
+    "--nproc-per-node",
+    "2",
+    "--set",
+    "training.precision=fp64",
+    "data.num_samples=101",
+    "data.val_samples=25",
+    "training.global_batch_size=12",
+    "model.hidden=8",
+    f"training.steps={STEPS}",
+    f"checkpoint.every_steps={EVERY}",
+    "checkpoint.keep_last=3",
+    "training.max_restarts=3",
+    "training.timeout=15",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
 """A tiny float64 run: 101 samples in global batches of 12 (every epoch ends with 5), momentum SGD."""
 ROUND_TIMEOUT, GRACE = 400.0, 10.0
 
@@ -59,9 +75,19 @@ def start(round_dir: Path) -> subprocess.Popen:
     """The round's command, output appended to ROUND/out.txt, with the round's own TMPDIR."""
     env = dict(os.environ, TMPDIR=str(round_dir / "tmp"), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     with open(round_dir / "out.txt", "a") as sink:
-        return subprocess.Popen([sys.executable, str(Path(__file__).with_name("soak_worker.py")), *TRAIN, "--set",
-                                 f"run.dir={round_dir / 'run'}"], stdout=sink, stderr=subprocess.STDOUT, env=env,
-                                cwd=ROOT)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("soak_worker.py")),
+                *TRAIN,
+                "--set",
+                f"run.dir={round_dir / 'run'}",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
 
 
 def steps(round_dir: Path) -> list[dict[str, Any]]:
@@ -98,8 +124,12 @@ def one_round(index: int, kind: str, seed: int, work: Path, reference: dict[str,
     """Run round ``index`` with a fault of ``kind``; its record (see the module docstring)."""
     rng = random.Random(f"{seed}-{index}")
     round_dir, began = work / f"round_{index:03d}", time.time()
-    plan = {"kind": kind, "pace": PACE, "rank": rng.randrange(2),
-            "step": rng.randrange(EVERY, STEPS, EVERY) if kind == "ckpt" else rng.randrange(1, STEPS)}
+    plan = {
+        "kind": kind,
+        "pace": PACE,
+        "rank": rng.randrange(2),
+        "step": rng.randrange(EVERY, STEPS, EVERY) if kind == "ckpt" else rng.randrange(1, STEPS),
+    }
     if kind == "ckpt":
         plan["rank"] = 0  # the checkpoint writer
     prepare(round_dir, plan)
@@ -118,8 +148,15 @@ def one_round(index: int, kind: str, seed: int, work: Path, reference: dict[str,
     rc = finish(proc)
     left, files, waited = wait_clean(round_dir, round_dir / "tmp", GRACE)
     torch_cache = sorted(p.name for p in (round_dir / "tmp").iterdir() if p.name.startswith(TORCH_CACHE))
-    record.update(rc=rc, orphans=len(left), orphan_cmds=list(left.values()), leftovers=files, torch_cache=torch_cache,
-                  clean_after_s=round(waited, 2), wall_s=round(time.time() - began, 1))
+    record.update(
+        rc=rc,
+        orphans=len(left),
+        orphan_cmds=list(left.values()),
+        leftovers=files,
+        torch_cache=torch_cache,
+        clean_after_s=round(waited, 2),
+        wall_s=round(time.time() - began, 1),
+    )
     record.update(recovery(steps(round_dir), record.get("t_fault"), round_dir / "run"))
     record.update(outcome(rc, round_dir, reference["params"]))
     if record["ok"] and not left and not files:
@@ -135,16 +172,24 @@ def run_reference(work: Path) -> dict[str, Any]:
     rows = [r for r in steps(round_dir) if r["rank"] == 0]
     if rc != 0 or len(rows) != STEPS:
         sys.exit(f"soak: the reference run failed (exit {rc}, {len(rows)} steps); see {round_dir / 'out.txt'}")
-    return {"params": final_params(round_dir / "run"), "train_s": rows[-1]["t"] - rows[0]["t"],
-            "wall_s": time.time() - began}
+    return {
+        "params": final_params(round_dir / "run"),
+        "train_s": rows[-1]["t"] - rows[0]["t"],
+        "wall_s": time.time() - began,
+    }
 
 
 def save(out: Path, reference: dict[str, Any], load_before: tuple[float, ...], records: list[dict[str, Any]]) -> None:
     """Write the command, the machine's load and every round so far to ``out`` (one JSON object)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    summary = {"command": " ".join(["benchmarks/soak.py", *sys.argv[1:]]), "cpus": os.cpu_count(),
-               "load_before": load_before, "load_now": os.getloadavg(), "reference_train_s": reference["train_s"],
-               "rounds": sorted(records, key=lambda r: r["round"])}
+    summary = {
+        "command": " ".join(["benchmarks/soak.py", *sys.argv[1:]]),
+        "cpus": os.cpu_count(),
+        "load_before": load_before,
+        "load_now": os.getloadavg(),
+        "reference_train_s": reference["train_s"],
+        "rounds": sorted(records, key=lambda r: r["round"]),
+    }
     out.write_text(json.dumps(summary, separators=(",", ":")) + "\n")
 
 
@@ -159,8 +204,11 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="soak_"))
     load_before = os.getloadavg()
     reference = run_reference(work)
-    print(f"reference: {STEPS} steps trained in {reference['train_s']:.1f} s ({reference['wall_s']:.1f} s wall); "
-          f"rounds in {work}", flush=True)
+    print(
+        f"reference: {STEPS} steps trained in {reference['train_s']:.1f} s ({reference['wall_s']:.1f} s wall); "
+        f"rounds in {work}",
+        flush=True,
+    )
     kinds = [KINDS[i % len(KINDS)] for i in range(args.rounds)]
     random.Random(args.seed).shuffle(kinds)
     lock, records = threading.Lock(), []
@@ -169,16 +217,28 @@ def main() -> None:
         try:
             record = one_round(index, kinds[index], args.seed, work, reference)
         except Exception as exc:  # noqa: BLE001 - a broken round is recorded, the soak goes on
-            record = {"round": index, "kind": kinds[index], "outcome": "SOAK_ERROR", "ok": False, "recovery_s": None,
-                      "detail": f"{type(exc).__name__}: {exc}", "orphans": 0, "orphan_cmds": [], "leftovers": [],
-                      "wall_s": None}
+            record = {
+                "round": index,
+                "kind": kinds[index],
+                "outcome": "SOAK_ERROR",
+                "ok": False,
+                "recovery_s": None,
+                "detail": f"{type(exc).__name__}: {exc}",
+                "orphans": 0,
+                "orphan_cmds": [],
+                "leftovers": [],
+                "wall_s": None,
+            }
         with lock:
             records.append(record)
             save(args.out, reference, load_before, records)  # after every round: an interrupted soak keeps its rounds
-            print(f"round {index + 1:3d}/{args.rounds} {record['kind']:13s} {record['outcome']:10s} "
-                  f"recovery {record['recovery_s'] if record['recovery_s'] is not None else '-'} s, "
-                  f"orphans {record['orphans']}, leftovers {len(record['leftovers'])}, {record['wall_s']} s"
-                  + (f"; {record['note']}" if record.get("note") else ""), flush=True)
+            print(
+                f"round {index + 1:3d}/{args.rounds} {record['kind']:13s} {record['outcome']:10s} "
+                f"recovery {record['recovery_s'] if record['recovery_s'] is not None else '-'} s, "
+                f"orphans {record['orphans']}, leftovers {len(record['leftovers'])}, {record['wall_s']} s"
+                + (f"; {record['note']}" if record.get("note") else ""),
+                flush=True,
+            )
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(run, range(args.rounds)))

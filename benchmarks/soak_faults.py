@@ -61,8 +61,9 @@ def workers(launcher: int) -> dict[int, int]:
     return found
 
 
-def signal_rank(launcher: int, rank: int, sig: int, exclude: frozenset[int] = frozenset(),
-                wait: float = 0.0) -> Optional[int]:
+def signal_rank(
+    launcher: int, rank: int, sig: int, exclude: frozenset[int] = frozenset(), wait: float = 0.0
+) -> Optional[int]:
     """Send ``sig`` to the worker of ``rank`` (not one of ``exclude``), waiting up to ``wait``
     seconds for it to appear; its pid, or None if there was none. Signal 0 only finds it."""
     deadline = time.monotonic() + wait

@@ -47,11 +47,15 @@ def outcome(rc: Optional[int], round_dir: Path, reference: dict[str, torch.Tenso
         diff = _differs(params, reference) if params is not None else why
         return {"outcome": "recovered" if diff is None else "MISMATCH", "ok": diff is None, "detail": diff or ""}
     text = (round_dir / "out.txt").read_text(errors="replace")
-    summary = text[text.find(SUMMARY_MARK):] if SUMMARY_MARK in text else ""
+    summary = text[text.find(SUMMARY_MARK) :] if SUMMARY_MARK in text else ""
     if summary and params is not None:
         return {"outcome": "exhausted", "ok": True, "detail": summary.splitlines()[1:3]}
-    return {"outcome": "FAILED", "ok": False,
-            "detail": f"exit {rc}; {'summary' if summary else 'no summary'}; {why if params is None else 'checkpoint loads'}"}
+    return {
+        "outcome": "FAILED",
+        "ok": False,
+        "detail": f"exit {rc}; {'summary' if summary else 'no summary'}; "
+        f"{why if params is None else 'checkpoint loads'}",
+    }
 
 
 def recovery(rows: list[dict[str, Any]], t_fault: Optional[float], run_dir: Path) -> dict[str, Any]:
@@ -59,10 +63,17 @@ def recovery(rows: list[dict[str, Any]], t_fault: Optional[float], run_dir: Path
     faults = [r["t"] for r in rows if "fault" in r]
     t_fault = t_fault if t_fault is not None else (faults[0] if faults else None)
     log = run_dir / "logs" / "rank_0.log"
-    resumed = [int(k) for k in re.findall(r"resumed from step (\d+)", log.read_text(errors="replace"))] \
-        if log.exists() else []
-    found: dict[str, Any] = {"recovery_s": None, "fault_after_step": None, "resumed_from": resumed,
-                             "attempts": 1 + max((r.get("attempt", 0) for r in rows), default=0)}
+    resumed = (
+        [int(k) for k in re.findall(r"resumed from step (\d+)", log.read_text(errors="replace"))]
+        if log.exists()
+        else []
+    )
+    found: dict[str, Any] = {
+        "recovery_s": None,
+        "fault_after_step": None,
+        "resumed_from": resumed,
+        "attempts": 1 + max((r.get("attempt", 0) for r in rows), default=0),
+    }
     if t_fault is None:
         return found
     before = [r for r in rows if "fault" not in r and r["t"] <= t_fault]
@@ -75,19 +86,35 @@ def recovery(rows: list[dict[str, Any]], t_fault: Optional[float], run_dir: Path
 
 def print_table(records: list[dict[str, Any]]) -> None:
     """One row per fault kind and a total: rounds, outcomes, median recovery, orphans, leftovers."""
-    head = ("fault", "rounds", "recovered bitwise", "exhausted + summary", "failed", "median recovery",
-            "orphans", "leftover temp dirs")
+    head = (
+        "fault",
+        "rounds",
+        "recovered bitwise",
+        "exhausted + summary",
+        "failed",
+        "median recovery",
+        "orphans",
+        "leftover temp dirs",
+    )
     print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     kinds = sorted({r["kind"] for r in records}, key=[r["kind"] for r in records].index)
     for kind in [*kinds, "all"]:
         rows = [r for r in records if kind in ("all", r["kind"])]
         times = [r["recovery_s"] for r in rows if r["recovery_s"] is not None and r["outcome"] == "recovered"]
-        cells = (kind, len(rows), sum(r["outcome"] == "recovered" for r in rows),
-                 sum(r["outcome"] == "exhausted" for r in rows), sum(not r["ok"] for r in rows),
-                 f"{statistics.median(times):.1f} s" if times else "-", sum(r["orphans"] for r in rows),
-                 sum(len(r["leftovers"]) for r in rows))
+        cells = (
+            kind,
+            len(rows),
+            sum(r["outcome"] == "recovered" for r in rows),
+            sum(r["outcome"] == "exhausted" for r in rows),
+            sum(not r["ok"] for r in rows),
+            f"{statistics.median(times):.1f} s" if times else "-",
+            sum(r["orphans"] for r in rows),
+            sum(len(r["leftovers"]) for r in rows),
+        )
         print("| " + " | ".join(map(str, cells)) + " |")
     for r in records:
         if not r["ok"] or r["orphans"] or r["leftovers"]:
-            print(f"round {r['round'] + 1} ({r['kind']}): {r['outcome']}: {r['detail']}; orphans {r['orphan_cmds']}; "
-                  f"leftovers {r['leftovers']}")
+            print(
+                f"round {r['round'] + 1} ({r['kind']}): {r['outcome']}: {r['detail']}; orphans {r['orphan_cmds']}; "
+                f"leftovers {r['leftovers']}"
+            )

@@ -63,19 +63,18 @@ def install_faults(round_dir: Path, plan: dict[str, Any], rank: int) -> Callable
                 f.flush()
                 f.truncate(f.tell() // 2)
                 f.flush()
-                append_event(round_dir, {"fault": kind, "t": time.time(), "pid": os.getpid(), "rank": rank,
-                                         "step": fault_step})
+                append_event(
+                    round_dir, {"fault": kind, "t": time.time(), "pid": os.getpid(), "rank": rank, "step": fault_step}
+                )
                 os.kill(os.getpid(), signal.SIGKILL)
             real_save(obj, f, *args, **kwargs)
 
         replicated.torch.save = half_then_die  # the module's own reference, as tests/scripts/train_fault.py
 
     def on_step(step: int) -> None:
-        append_event(round_dir, {"t": time.time(), "pid": os.getpid(), "rank": rank, "attempt": attempt,
-                                 "step": step})
+        append_event(round_dir, {"t": time.time(), "pid": os.getpid(), "rank": rank, "attempt": attempt, "step": step})
         if armed and kind == "exception" and rank == target and step == fault_step:
-            append_event(round_dir, {"fault": kind, "t": time.time(), "pid": os.getpid(), "rank": rank,
-                                     "step": step})
+            append_event(round_dir, {"fault": kind, "t": time.time(), "pid": os.getpid(), "rank": rank, "step": step})
             raise RuntimeError(f"soak: fault injected on rank {rank} after step {step}")
         time.sleep(plan["pace"])
 
@@ -84,8 +83,8 @@ def install_faults(round_dir: Path, plan: dict[str, Any], rank: int) -> Callable
 
 def paced_training(round_dir: Path) -> None:
     """Make the trainer the workers call take the soak's per-step hook."""
-    from neural_arch.distributed.env import detect_cluster_env
     import neural_arch.training.trainer as trainer
+    from neural_arch.distributed.env import detect_cluster_env
 
     plan = json.loads((round_dir / PLAN_FILE).read_text())
     on_step = install_faults(round_dir, plan, detect_cluster_env().rank)

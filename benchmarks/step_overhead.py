@@ -18,20 +18,34 @@ import tempfile
 import time
 
 import torch
+from trainer_overhead import trainer_run  # benchmarks/ is on sys.path when a script here runs
 
 from neural_arch.apps.regression.task import RegressionTask
 from neural_arch.training.config import load_config
-from trainer_overhead import trainer_run  # benchmarks/ is on sys.path when a script here runs
 
 WARMUP = 10
 
 
 def config(run_dir: str, steps: int):
-    return load_config(None, [
-        f"run.dir={run_dir}", "model.hidden=16", "model.depth=1", "data.features=8", "data.num_samples=5120",
-        "data.val_samples=64", "training.global_batch_size=16", f"training.steps={steps}", "checkpoint.every_steps=0",
-        "logging.progress=false", "logging.tensorboard=false", "schedule.decay=constant", "optim.momentum=0.0",
-    ], world_size=1)
+    return load_config(
+        None,
+        [
+            f"run.dir={run_dir}",
+            "model.hidden=16",
+            "model.depth=1",
+            "data.features=8",
+            "data.num_samples=5120",
+            "data.val_samples=64",
+            "training.global_batch_size=16",
+            f"training.steps={steps}",
+            "checkpoint.every_steps=0",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+            "schedule.decay=constant",
+            "optim.momentum=0.0",
+        ],
+        world_size=1,
+    )
 
 
 def hand_loop(cfg, steps: int) -> list[float]:
@@ -58,7 +72,7 @@ def main() -> None:
     medians: dict[str, list[float]] = {"hand": [], "trainer": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for name in (("hand", "trainer") if r % 2 == 0 else ("trainer", "hand")):
+            for name in ("hand", "trainer") if r % 2 == 0 else ("trainer", "hand"):
                 cfg = config(f"{tmp}/r{r}-{name}", args.steps)
                 times = hand_loop(cfg, args.steps) if name == "hand" else trainer_run(cfg)
                 medians[name].append(statistics.median(times[WARMUP:]))
@@ -66,8 +80,10 @@ def main() -> None:
     print(f"1 process, MLP 8->16->1, batch 16, {args.rounds} interleaved rounds x {args.steps} steps")
     print("hand loop median step (per round, us):", [round(m * 1e6) for m in medians["hand"]])
     print("trainer   median step (per round, us):", [round(m * 1e6) for m in medians["trainer"]])
-    print(f"hand {hand * 1e6:.0f} us, trainer {ours * 1e6:.0f} us: ratio {ours / hand:.2f}, "
-          f"framework cost {(ours - hand) * 1e6:.0f} us per step")
+    print(
+        f"hand {hand * 1e6:.0f} us, trainer {ours * 1e6:.0f} us: ratio {ours / hand:.2f}, "
+        f"framework cost {(ours - hand) * 1e6:.0f} us per step"
+    )
 
 
 if __name__ == "__main__":

@@ -23,20 +23,33 @@ import time
 
 import torch
 import torch.distributed as dist
+from two_ranks import on_two_ranks  # benchmarks/ is on sys.path when a script here runs
 
 from neural_arch.apps.regression.task import RegressionTask
 from neural_arch.training.config import CheckpointConfig, load_config
 from neural_arch.training.trainer import train
-from two_ranks import on_two_ranks  # benchmarks/ is on sys.path when a script here runs
 
 
 def config(args: argparse.Namespace, run_dir: str, checkpoint_every: int):
-    return load_config(None, [
-        f"run.dir={run_dir}", f"model.hidden={args.hidden}", "model.depth=3", "data.features=64",
-        f"data.num_samples={args.batch * 20}", "data.val_samples=64", f"training.global_batch_size={args.batch}",
-        f"training.steps={args.steps}", f"checkpoint.every_steps={checkpoint_every}", "logging.progress=false",
-        "logging.tensorboard=false", "schedule.decay=constant", "optim.momentum=0.0",
-    ], world_size=2)
+    return load_config(
+        None,
+        [
+            f"run.dir={run_dir}",
+            f"model.hidden={args.hidden}",
+            "model.depth=3",
+            "data.features=64",
+            f"data.num_samples={args.batch * 20}",
+            "data.val_samples=64",
+            f"training.global_batch_size={args.batch}",
+            f"training.steps={args.steps}",
+            f"checkpoint.every_steps={checkpoint_every}",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+            "schedule.decay=constant",
+            "optim.momentum=0.0",
+        ],
+        world_size=2,
+    )
 
 
 def hand_loop(cfg, steps: int) -> list[float]:
@@ -93,13 +106,18 @@ def main() -> None:
     with_ckpt = statistics.median(means["trainer+ckpt"])
     means_ratio = statistics.median(c / o for c, o in zip(means["trainer+ckpt"], means["trainer"]))
     every = CheckpointConfig().every_steps
-    print(f"model: MLP 64->{args.hidden}x3->1, global batch {args.batch}, 2 ranks gloo, {args.rounds} rounds x {args.steps} steps")
+    print(
+        f"model: MLP 64->{args.hidden}x3->1, global batch {args.batch}, 2 ranks gloo, "
+        f"{args.rounds} rounds x {args.steps} steps"
+    )
     print(f"hand-written DDP loop median step {hand * 1e3:8.2f} ms")
     print(f"neural_arch trainer   median step {ours * 1e3:8.2f} ms (checkpoints off)")
     print(f"step-time ratio trainer/hand: {ours / hand:.3f} (median of per-round ratios {paired:.3f}; target <= 1.03)")
-    print(f"with a checkpoint every {every} steps (the default): mean step {with_ckpt * 1e3:.2f} ms vs "
-          f"{statistics.median(means['trainer']) * 1e3:.2f} ms without; checkpointing costs "
-          f"{means_ratio - 1:.1%} of step time (per-round median), i.e. {(means_ratio - 1) * every:.2f} steps per save")
+    print(
+        f"with a checkpoint every {every} steps (the default): mean step {with_ckpt * 1e3:.2f} ms vs "
+        f"{statistics.median(means['trainer']) * 1e3:.2f} ms without; checkpointing costs "
+        f"{means_ratio - 1:.1%} of step time (per-round median), i.e. {(means_ratio - 1) * every:.2f} steps per save"
+    )
 
 
 if __name__ == "__main__":

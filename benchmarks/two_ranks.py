@@ -24,12 +24,20 @@ from neural_arch.distributed.launcher.cpu_bind import bind_worker, plan_binding
 from neural_arch.utils.ports import free_port
 
 
-def _child(body: Callable[[int, Any], Any], rank: int, world: int, port: int, args: Any, out: "mp.Queue",
-           cpus: Optional[list[int]] = None) -> None:
+def _child(
+    body: Callable[[int, Any], Any],
+    rank: int,
+    world: int,
+    port: int,
+    args: Any,
+    out: mp.Queue,
+    cpus: Optional[list[int]] = None,
+) -> None:
     if cpus is not None:
         bind_worker(cpus, rank, world)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.set_num_threads(1)
     init_process_group(backend="gloo")
     result = body(rank, args)
@@ -38,7 +46,9 @@ def _child(body: Callable[[int, Any], Any], rank: int, world: int, port: int, ar
     destroy_process_group()
 
 
-def on_ranks(body: Callable[[int, Any], Any], args: Any, world: int, timeout: float = 3600, cpu_bind: str = "auto") -> Any:
+def on_ranks(
+    body: Callable[[int, Any], Any], args: Any, world: int, timeout: float = 3600, cpu_bind: str = "auto"
+) -> Any:
     """``body(rank, args)`` on ``world`` ranks; rank 0's return value."""
     cpus = plan_binding(cpu_bind, world, {"OMP_NUM_THREADS": "1"})
     port = free_port()
@@ -53,7 +63,7 @@ def on_ranks(body: Callable[[int, Any], Any], args: Any, world: int, timeout: fl
     return result
 
 
-def _rank0_result(out: "mp.Queue", procs: list, timeout: float) -> Any:
+def _rank0_result(out: mp.Queue, procs: list, timeout: float) -> Any:
     """Rank 0's result, or a clear error as soon as a rank died without one (a crashed
     rank would otherwise leave the others, and this wait, hanging until ``timeout``)."""
     deadline = time.monotonic() + timeout
@@ -65,7 +75,9 @@ def _rank0_result(out: "mp.Queue", procs: list, timeout: float) -> Any:
             if dead:
                 for p in procs:
                     p.kill()
-                raise RuntimeError(f"benchmark rank(s) died: {dead} (rank, exit code); their traceback is above")
+                raise RuntimeError(
+                    f"benchmark rank(s) died: {dead} (rank, exit code); their traceback is above"
+                ) from None
     raise TimeoutError(f"no result from rank 0 within {timeout:.0f} s")
 
 

@@ -30,14 +30,20 @@ def make_model() -> nn.Module:
 def make_data() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(42)
     x = torch.randn(SAMPLES, 8, generator=g, dtype=torch.float64)
-    y = torch.sin(x[:, :1] * 2) + 0.5 * x[:, 1:2] * x[:, 2:3] + 0.05 * torch.randn(SAMPLES, 1, generator=g, dtype=torch.float64)
+    y = (
+        torch.sin(x[:, :1] * 2)
+        + 0.5 * x[:, 1:2] * x[:, 2:3]
+        + 0.05 * torch.randn(SAMPLES, 1, generator=g, dtype=torch.float64)
+    )
     return x, y
 
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, rank: int, world: int) -> list[float]:
     """Train; returns the exact global mean training loss of each epoch."""
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    sampler = nd.DistributedSampler(dataset_size=SAMPLES, num_replicas=world, rank=rank, batch_size=GLOBAL_BATCH, seed=3)
+    sampler = nd.DistributedSampler(
+        dataset_size=SAMPLES, num_replicas=world, rank=rank, batch_size=GLOBAL_BATCH, seed=3
+    )
     history = []
     for epoch in range(EPOCHS):
         sampler.set_epoch(epoch)

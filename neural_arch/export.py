@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from neural_arch.utils.atomic import commit_file
 from neural_arch.distributed.checkpoint import load_checkpoint, with_whole_model
+from neural_arch.utils.atomic import commit_file
 
 PathLike = Union[str, Path]
 
@@ -76,9 +76,7 @@ class NormalizedForecaster(nn.Module):
         # Why check here: this runs in C++ too, where a wrong channel count would otherwise
         # be a broadcasting error deep inside the model.
         if x.dim() != 4 or x.size(1) != self.mean.numel():
-            raise ValueError(
-                f"expected raw input [n, {self.mean.numel()}, H, W] (float32), got shape {x.shape}"
-            )
+            raise ValueError(f"expected raw input [n, {self.mean.numel()}, H, W] (float32), got shape {x.shape}")
         z = (x - self.mean[None, :, None, None]) / self.std[None, :, None, None]
         return torch.softmax(self.model(z), dim=2)
 
@@ -117,8 +115,9 @@ def export_torchscript(
             f"example has shape {tuple(example.shape)}; expected raw input [n, {mean.numel()}, H, W] "
             f"matching the {mean.numel()} normalization channels"
         )
-    return export_module(NormalizedForecaster(model.eval(), mean, std), example, output, atol,
-                         name=type(model).__name__)
+    return export_module(
+        NormalizedForecaster(model.eval(), mean, std), example, output, atol, name=type(model).__name__
+    )
 
 
 def export_module(module: nn.Module, example: Tensor, output: PathLike, atol: float = 1e-5, name: str = "") -> float:

@@ -12,11 +12,11 @@ is caught here. The import rules (model files import no distributed code, the fr
 imports nothing from apps/) are checked by ``tools/check_layout.py`` (tests/test_layout.py).
 """
 
-import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "neural_arch"
@@ -31,8 +31,10 @@ REINSTALL = "run `.venv/bin/python -m pip install -e . --no-deps` so the install
 def test_app_is_named_only_in_its_folder_and_the_default_task(app):
     outside = [
         (path, f"{path.relative_to(REPO)}:{number}: {line.strip()}", line.strip())
-        for path in sorted(PACKAGE.rglob("*.py")) if app not in path.relative_to(PACKAGE).parts[:2]
-        for number, line in enumerate(path.read_text().splitlines(), 1) if app in line.lower()
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if app not in path.relative_to(PACKAGE).parts[:2]
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if app in line.lower()
     ]
     elsewhere = [where for path, where, line in outside if not (path == CONFIG and line == f'task: str = "{app}"')]
     assert not elsewhere, "\n".join(elsewhere)
@@ -45,7 +47,7 @@ def test_exactly_one_app_is_the_default():
 
 @pytest.mark.parametrize("app", APPS)
 def test_app_is_declared_as_an_entry_point_into_its_own_folder(app):
-    assert app in DECLARED, f"pyproject.toml: add {app} = \"neural_arch.apps.{app}.task:...\" under {GROUP}"
+    assert app in DECLARED, f'pyproject.toml: add {app} = "neural_arch.apps.{app}.task:..." under {GROUP}'
     assert DECLARED[app].startswith(f"neural_arch.apps.{app}."), DECLARED[app]
 
 

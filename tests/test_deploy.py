@@ -34,7 +34,12 @@ def test_pytorchjob_shape():
     specs = job["spec"]["pytorchReplicaSpecs"]
     assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] >= 1
     # What the training operator injects into worker 2 of such a job:
-    pod = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "MASTER_ADDR": "neural-arch-train-master-0", "MASTER_PORT": "23456",
-           "WORLD_SIZE": str(1 + specs["Worker"]["replicas"]), "RANK": "3"}
+    pod = {
+        "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+        "MASTER_ADDR": "neural-arch-train-master-0",
+        "MASTER_PORT": "23456",
+        "WORLD_SIZE": str(1 + specs["Worker"]["replicas"]),
+        "RANK": "3",
+    }
     got = detect_cluster_env(pod)
     assert (got.source, got.rank, got.world_size) == ("kubernetes", 3, 4)

@@ -16,8 +16,7 @@ SCRIPT = REPO / "tools" / "check_layout.py"
 
 
 def run_check(cwd: Path, package: str = "neural_arch") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), package], cwd=cwd,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, str(SCRIPT), package], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 def make_package(root: Path, files: dict) -> None:
@@ -51,7 +50,8 @@ def test_real_package_passes():
 VIOLATIONS = {
     "cycle of 2": (
         {"a.py": "import neural_arch.b\n", "b.py": "X = 1\nfrom neural_arch.a import Y\n"},
-        "neural_arch/a.py:1:", "import cycle neural_arch.a -> neural_arch.b -> neural_arch.a",
+        "neural_arch/a.py:1:",
+        "import cycle neural_arch.a -> neural_arch.b -> neural_arch.a",
     ),
     "cycle of 3 (relative)": (
         {"a.py": "from . import b\n", "b.py": "from .c import C\n", "c.py": "from .a import A\n"},
@@ -59,63 +59,81 @@ VIOLATIONS = {
         "import cycle neural_arch.a -> neural_arch.b -> neural_arch.c -> neural_arch.a",
     ),
     "cycle through a package __init__ run as a parent": (
-        {"x.py": "import neural_arch.sub.y\n", "sub/__init__.py": "from neural_arch import x\n",
-         "sub/y.py": ""},
+        {"x.py": "import neural_arch.sub.y\n", "sub/__init__.py": "from neural_arch import x\n", "sub/y.py": ""},
         "neural_arch/sub/__init__.py:1:",
         "import cycle neural_arch.sub -> neural_arch.x -> neural_arch.sub",
     ),
     "cycle importing a name from its own package's __init__": (
-        {"sub/__init__.py": "from .a import A\n\nHELPER = 1\n",
-         "sub/a.py": "from neural_arch.sub import HELPER\n\nA = HELPER\n"},
+        {
+            "sub/__init__.py": "from .a import A\n\nHELPER = 1\n",
+            "sub/a.py": "from neural_arch.sub import HELPER\n\nA = HELPER\n",
+        },
         "neural_arch/sub/__init__.py:1:",
         "import cycle neural_arch.sub -> neural_arch.sub.a -> neural_arch.sub",
     ),
     "cycle hidden behind a function-level import": (
-        {"a.py": "from neural_arch import b\n",
-         "b.py": "def f():\n    from neural_arch.a import A\n    return A\n"},
-        "neural_arch/a.py:1:", "import cycle neural_arch.a -> neural_arch.b -> neural_arch.a",
+        {"a.py": "from neural_arch import b\n", "b.py": "def f():\n    from neural_arch.a import A\n    return A\n"},
+        "neural_arch/a.py:1:",
+        "import cycle neural_arch.a -> neural_arch.b -> neural_arch.a",
     ),
     "cycle of two function-level imports": (
         {"a.py": "def f():\n    import neural_arch.b\n", "b.py": "async def g():\n    from . import a\n"},
-        "neural_arch/a.py:2:", "import cycle neural_arch.a -> neural_arch.b -> neural_arch.a",
+        "neural_arch/a.py:2:",
+        "import cycle neural_arch.a -> neural_arch.b -> neural_arch.a",
     ),
-    "file of 301 lines": ({"big.py": lines_of(301)}, "neural_arch/big.py:1:",
-                          "file has 301 lines (limit 300)"),
-    "function of 61 lines": ({"long.py": function_of(61)}, "neural_arch/long.py:5:",
-                             "function f has 61 lines (limit 60)"),
+    "file of 301 lines": ({"big.py": lines_of(301)}, "neural_arch/big.py:1:", "file has 301 lines (limit 300)"),
+    "function of 61 lines": (
+        {"long.py": function_of(61)},
+        "neural_arch/long.py:5:",
+        "function f has 61 lines (limit 60)",
+    ),
     "method of 61 lines": (
         {"long.py": "class K:\n" + textwrap.indent(function_of(61).split("\n\n\n")[1], "    ")},
-        "neural_arch/long.py:3:", "function K.f has 61 lines (limit 60)",
+        "neural_arch/long.py:3:",
+        "function K.f has 61 lines (limit 60)",
     ),
     "model file imports torch.distributed": (
         {"apps/foo/model.py": "import torch\nimport torch.distributed as dist\n"},
-        "neural_arch/apps/foo/model.py:2:", "model file imports torch.distributed",
+        "neural_arch/apps/foo/model.py:2:",
+        "model file imports torch.distributed",
     ),
     "models file imports torch's distributed by from-import, lazily": (
         {"apps/foo/models_big.py": "def f():\n    from torch import distributed\n"},
-        "neural_arch/apps/foo/models_big.py:2:", "model file imports torch.distributed",
+        "neural_arch/apps/foo/models_big.py:2:",
+        "model file imports torch.distributed",
     ),
     "model file imports neural_arch.distributed": (
-        {"distributed/__init__.py": "", "distributed/ddp.py": "",
-         "apps/foo/model.py": "from neural_arch.distributed.ddp import DDP\n"},
-        "neural_arch/apps/foo/model.py:1:", "model file imports neural_arch.distributed.ddp",
+        {
+            "distributed/__init__.py": "",
+            "distributed/ddp.py": "",
+            "apps/foo/model.py": "from neural_arch.distributed.ddp import DDP\n",
+        },
+        "neural_arch/apps/foo/model.py:1:",
+        "model file imports neural_arch.distributed.ddp",
     ),
     "training module imports neural_arch.apps.foo": (
-        {"apps/foo/__init__.py": "", "apps/foo/task.py": "",
-         "training/loop.py": "import os\nimport neural_arch.apps.foo\n"},
-        "neural_arch/training/loop.py:2:", "framework module imports neural_arch.apps.foo (limit:",
+        {
+            "apps/foo/__init__.py": "",
+            "apps/foo/task.py": "",
+            "training/loop.py": "import os\nimport neural_arch.apps.foo\n",
+        },
+        "neural_arch/training/loop.py:2:",
+        "framework module imports neural_arch.apps.foo (limit:",
     ),
     "cli module imports an app lazily by from-import": (
         {"apps/foo/task.py": "", "cli/train.py": "def main():\n    from ..apps.foo import task\n"},
-        "neural_arch/cli/train.py:2:", "framework module imports neural_arch.apps.foo.task",
+        "neural_arch/cli/train.py:2:",
+        "framework module imports neural_arch.apps.foo.task",
     ),
     "training module imports the apps package itself (a registry of built-in apps)": (
         {"apps/__init__.py": "BUILTIN = {}\n", "training/registry.py": "from neural_arch.apps import BUILTIN\n"},
-        "neural_arch/training/registry.py:1:", "framework module imports neural_arch.apps (limit:",
+        "neural_arch/training/registry.py:1:",
+        "framework module imports neural_arch.apps (limit:",
     ),
     "distributed module imports the apps package in a function": (
         {"apps/__init__.py": "", "distributed/plan.py": "def f():\n    from neural_arch import apps\n"},
-        "neural_arch/distributed/plan.py:2:", "framework module imports neural_arch.apps (limit:",
+        "neural_arch/distributed/plan.py:2:",
+        "framework module imports neural_arch.apps (limit:",
     ),
 }
 

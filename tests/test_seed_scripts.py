@@ -36,8 +36,15 @@ def run_script(name: str, starter: str) -> str:
     elif starter == "launcher":  # the seeds' own argument order: script, then options
         cmd = [sys.executable, "-m", "neural_arch.distributed.launcher", script, "--nproc_per_node=2", "--backend=gloo"]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-               "--master_addr=127.0.0.1", f"--master_port={free_port()}", script]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+            script,
+        ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"{name} via {starter} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -90,7 +97,7 @@ def template_reference(world: int) -> list[float]:
     for epoch in range(template.num_epochs):
         order = torch.randperm(n, generator=torch.Generator().manual_seed(epoch))
         for k in range(n // world):
-            batch = order[k * world:(k + 1) * world]
+            batch = order[k * world : (k + 1) * world]
             loss = sum(template.criterion(model(template.dataset[i]), template.targets) for i in batch) / world
             loss.backward()
             optimizer.step()

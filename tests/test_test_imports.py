@@ -20,7 +20,9 @@ ALLOWED = "tests.helpers"
 
 
 def _allowed(module: str) -> bool:
-    return module == ALLOWED or module.startswith(ALLOWED + ".") or not (module == "tests" or module.startswith("tests."))
+    return (
+        module == ALLOWED or module.startswith(ALLOWED + ".") or not (module == "tests" or module.startswith("tests."))
+    )
 
 
 def _imported(node: ast.Import | ast.ImportFrom, package: list[str]) -> list[str]:
@@ -48,8 +50,10 @@ def violations(root: Path) -> list[str]:
                 continue
             for module in _imported(node, package):
                 if not _allowed(module):
-                    found.append(f"{rel}:{node.lineno}: imports {module}; move what it needs into tests/helpers/ "
-                                 "and import it from there")
+                    found.append(
+                        f"{rel}:{node.lineno}: imports {module}; move what it needs into tests/helpers/ "
+                        "and import it from there"
+                    )
     return found
 
 
@@ -65,20 +69,28 @@ def test_a_synthetic_violation_is_named_by_file_and_line(tmp_path):
     (tests / "helpers" / "runs.py").write_text("from .paths import REPO\nfrom tests.helpers import paths\n")
     (tests / "training" / "test_ok.py").write_text(
         "import os\nfrom tests.helpers.cli import cli\nfrom tests import helpers\nfrom ..helpers import runs\n"
-        "import tests.helpers.paths\nfrom neural_arch.cli import main\n")
+        "import tests.helpers.paths\nfrom neural_arch.cli import main\n"
+    )
     (tests / "training" / "test_bad.py").write_text(
         "import json\n"
-        "from tests.training.test_ok import cli\n"         # 2: absolute, another test module
-        "import tests.training.test_ok\n"                  # 3: plain import
-        "from .test_ok import cli as again\n"              # 4: relative, same package
-        "from . import test_ok\n"                          # 5: relative, the module itself
-        "from tests import conftest\n"                     # 6: only helpers are importable
+        "from tests.training.test_ok import cli\n"  # 2: absolute, another test module
+        "import tests.training.test_ok\n"  # 3: plain import
+        "from .test_ok import cli as again\n"  # 4: relative, same package
+        "from . import test_ok\n"  # 5: relative, the module itself
+        "from tests import conftest\n"  # 6: only helpers are importable
         "\n"
         "def test_x():\n"
-        "    from ..training.test_ok import helpers\n")    # 9: inside a function, two dots
+        "    from ..training.test_ok import helpers\n"
+    )  # 9: inside a function, two dots
     assert violations(tmp_path) == [
         f"tests/training/test_bad.py:{line}: imports {module}; move what it needs into tests/helpers/ and import it "
         "from there"
-        for line, module in [(2, "tests.training.test_ok"), (3, "tests.training.test_ok"), (4, "tests.training.test_ok"),
-                             (5, "tests.training.test_ok"), (6, "tests.conftest"), (9, "tests.training.test_ok")]
+        for line, module in [
+            (2, "tests.training.test_ok"),
+            (3, "tests.training.test_ok"),
+            (4, "tests.training.test_ok"),
+            (5, "tests.training.test_ok"),
+            (6, "tests.conftest"),
+            (9, "tests.training.test_ok"),
+        ]
     ]

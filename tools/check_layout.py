@@ -87,8 +87,7 @@ def collect_imports(mod: Module, node: ast.AST, tc: bool = False) -> None:
             collect_imports(mod, child, tc)
 
 
-def resolve(mod: Module, base: str | None, names: list[str] | None, level: int,
-            known: dict[str, Module]) -> list[str]:
+def resolve(mod: Module, base: str | None, names: list[str] | None, level: int, known: dict[str, Module]) -> list[str]:
     """Absolute names an import statement refers to (modules where known, else the base)."""
     if level:
         pkg = mod.name if mod.is_pkg else mod.name.rpartition(".")[0]
@@ -187,8 +186,10 @@ def check_cycles(modules: dict[str, Module]) -> list[str]:
     for cycle in sorted(cycles):
         chain = " -> ".join([*cycle, cycle[0]])
         line = graph[cycle[0]][cycle[1]]
-        problems.append(f"{modules[cycle[0]].path}:{line}: import cycle {chain} "
-                        "(limit: no import cycles, imports inside functions included)")
+        problems.append(
+            f"{modules[cycle[0]].path}:{line}: import cycle {chain} "
+            "(limit: no import cycles, imports inside functions included)"
+        )
     return problems
 
 
@@ -211,8 +212,7 @@ def check_sizes(mod: Module, stats: dict) -> list[str]:
                 where = f"{mod.path}:{child.lineno}"
                 stats["longest"] = max(stats["longest"], (length, f"{where} {name}"))
                 if length > MAX_FUNCTION_LINES:
-                    problems.append(f"{where}: function {name} has {length} lines "
-                                    f"(limit {MAX_FUNCTION_LINES})")
+                    problems.append(f"{where}: function {name} has {length} lines (limit {MAX_FUNCTION_LINES})")
             walk(child, f"{name}." if name != prefix else prefix)
 
     walk(mod.tree, "")
@@ -228,15 +228,20 @@ def check_import_rules(mod: Module, root: Path, modules: dict[str, Module]) -> l
     problems = []
     for line, base, names, level, _tc in mod.imports:
         for target in resolve(mod, base, names, level, modules):
-            if is_model and any(target == f or target.startswith(f + ".")
-                                for f in (f"{pkg}.distributed", "torch.distributed")):
-                problems.append(f"{mod.path}:{line}: model file imports {target} (limit: model "
-                                "files never import neural_arch.distributed or torch.distributed;"
-                                " parallelism is applied from outside)")
+            if is_model and any(
+                target == f or target.startswith(f + ".") for f in (f"{pkg}.distributed", "torch.distributed")
+            ):
+                problems.append(
+                    f"{mod.path}:{line}: model file imports {target} (limit: model "
+                    "files never import neural_arch.distributed or torch.distributed;"
+                    " parallelism is applied from outside)"
+                )
             if is_framework and (target == f"{pkg}.apps" or target.startswith(f"{pkg}.apps.")):
-                problems.append(f"{mod.path}:{line}: framework module imports {target} (limit: "
-                                "distributed/, training/, cli/ import nothing from apps/; an app is "
-                                "found by its task name in the neural_arch.tasks entry points)")
+                problems.append(
+                    f"{mod.path}:{line}: framework module imports {target} (limit: "
+                    "distributed/, training/, cli/ import nothing from apps/; an app is "
+                    "found by its task name in the neural_arch.tasks entry points)"
+                )
     return problems
 
 
@@ -267,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         default = Path(__file__).resolve().parent.parent / "neural_arch"
     root = Path(args.package) if args.package else default
     if not root.is_dir():
-        print(f"check_layout: {root} is not a directory (expected a package folder, "
-              "e.g. neural_arch/)", file=sys.stderr)
+        print(
+            f"check_layout: {root} is not a directory (expected a package folder, e.g. neural_arch/)", file=sys.stderr
+        )
         return 2
     problems, stats = check(root)
     for problem in problems:
@@ -276,9 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print(f"check_layout: {len(problems)} violation(s) in {root}", file=sys.stderr)
         return 1
-    print(f"OK: {stats['files']} files, {stats['functions']} functions checked; largest file "
-          f"{stats['largest'][1]} ({stats['largest'][0]} lines), longest function "
-          f"{stats['longest'][1]} ({stats['longest'][0]} lines)")
+    print(
+        f"OK: {stats['files']} files, {stats['functions']} functions checked; largest file "
+        f"{stats['largest'][1]} ({stats['largest'][0]} lines), longest function "
+        f"{stats['longest'][1]} ({stats['longest'][0]} lines)"
+    )
     return 0
 
 

@@ -30,7 +30,11 @@ COMMANDS = {
 
 
 def usage() -> str:
-    lines = ["usage: neural-arch SUBCOMMAND [options]   (neural-arch SUBCOMMAND --help for its options)", "", "subcommands:"]
+    lines = [
+        "usage: neural-arch SUBCOMMAND [options]   (neural-arch SUBCOMMAND --help for its options)",
+        "",
+        "subcommands:",
+    ]
     return "\n".join(lines + [f"  {name:12s} {text}" for name, (_, text) in COMMANDS.items()])
 
 
@@ -41,7 +45,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(usage())
         return 0 if args else 2
     if args[0] not in COMMANDS:
-        return print_usage_error("neural-arch", f"unknown subcommand {args[0]!r}{hint(args[0], list(COMMANDS))}; "
-                                                f"use one of: {', '.join(COMMANDS)}")
+        return print_usage_error(
+            "neural-arch",
+            f"unknown subcommand {args[0]!r}{hint(args[0], list(COMMANDS))}; use one of: {', '.join(COMMANDS)}",
+        )
     module = importlib.import_module(f"neural_arch.cli.{COMMANDS[args[0]][0]}")
     return module.main(args[1:])

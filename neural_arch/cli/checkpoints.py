@@ -17,23 +17,30 @@ if TYPE_CHECKING:
 
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
     """``--checkpoint DIR`` (required), read by ``read_checkpoint``."""
-    parser.add_argument("--checkpoint", required=True,
-                        help="a run directory, its checkpoints/ directory or one step_* directory")
+    parser.add_argument(
+        "--checkpoint", required=True, help="a run directory, its checkpoints/ directory or one step_* directory"
+    )
 
 
 def read_checkpoint(path: str) -> dict[str, Any]:
     """The state of the newest usable checkpoint at ``path``; ValueError naming the path if none."""
-    from neural_arch.distributed.checkpoint import load_checkpoint, with_whole_model  # torch: once the arguments are fine
+    from neural_arch.distributed.checkpoint import (
+        load_checkpoint,
+        with_whole_model,
+    )  # torch: once the arguments are fine
 
     where = Path(path)
     if (where / "checkpoints").is_dir():
         where = where / "checkpoints"
     if not where.exists():
-        raise ValueError(f"--checkpoint {path}: does not exist; pass a run directory, its checkpoints/ "
-                         "or one step_* directory in it")
+        raise ValueError(
+            f"--checkpoint {path}: does not exist; pass a run directory, its checkpoints/ or one step_* directory in it"
+        )
     found = load_checkpoint(where)
     if found is None:
-        raise ValueError(f"--checkpoint {path}: no checkpoint there (no step_* directories); train first or fix the path")
+        raise ValueError(
+            f"--checkpoint {path}: no checkpoint there (no step_* directories); train first or fix the path"
+        )
     info, state = found
     return with_whole_model(info.path, state)  # a sharded checkpoint's model, gathered here in one process
 

@@ -30,13 +30,16 @@ def report_lines() -> list[str]:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return [
         f"cluster:          {cluster.source}",
-        f"rank:             {cluster.rank} of {cluster.world_size} (local {cluster.local_rank} of {cluster.local_world_size})",
+        f"rank:             {cluster.rank} of {cluster.world_size} "
+        f"(local {cluster.local_rank} of {cluster.local_world_size})",
         f"node:             {cluster.node_rank} of {cluster.num_nodes} ({socket.gethostname()})",
         f"master:           {cluster.master_addr or '-'}:{cluster.master_port or '-'}",
         f"job id:           {cluster.job_id or '-'}",
-        f"backend:          {cluster.backend or default_backend()} (gloo {dist.is_gloo_available()}, nccl {dist.is_nccl_available()}, mpi {dist.is_mpi_available()})",
+        f"backend:          {cluster.backend or default_backend()} (gloo {dist.is_gloo_available()}, "
+        f"nccl {dist.is_nccl_available()}, mpi {dist.is_mpi_available()})",
         f"GPUs:             {gpus}",
-        f"threads:          torch {torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, cores {os.cpu_count()}",
+        f"threads:          torch {torch.get_num_threads()}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, cores {os.cpu_count()}",
         f"free port:        {free_port()} (127.0.0.1)",
         f"versions:         neural_arch {__version__}, torch {torch.__version__}, python {platform.python_version()}",
         f"platform:         {platform.platform()}",

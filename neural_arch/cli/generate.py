@@ -39,8 +39,9 @@ def main(argv: Sequence[str]) -> int:
         from neural_arch.training.task import GenerationSettings
 
         state = read_checkpoint(ns.checkpoint)
-        settings = GenerationSettings(length=ns.length, temperature=ns.temperature, top_k=ns.top_k, seed=ns.seed,
-                                      use_cache=not ns.no_cache)
+        settings = GenerationSettings(
+            length=ns.length, temperature=ns.temperature, top_k=ns.top_k, seed=ns.seed, use_cache=not ns.no_cache
+        )
         prompt = ns.prompt.encode("utf-8")
         text = task_of(state).generate(state, prompt, settings)
         sys.stdout.write((prompt + text).decode("utf-8", "replace") + "\n")

@@ -29,19 +29,36 @@ _NPROC_FLAGS = ("--nproc-per-node", "--nproc_per_node")
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """``--config`` and ``--set`` (several values after one flag, or the flag repeated)."""
     parser.add_argument("--config", default=None, help="YAML config file (default: built-in defaults)")
-    parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override config values, e.g. --set optim.lr=0.01 training.steps=50 (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override config values, e.g. --set optim.lr=0.01 training.steps=50 (repeatable)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Arguments of ``neural-arch train`` (its workers take the same ones)."""
     parser = command_parser("train", "Train a model from a YAML config.")
     add_config_arguments(parser)
-    parser.add_argument("--resume", default=None, help="auto (newest good checkpoint, default), none, or a checkpoint path")
-    parser.add_argument("--create-data", action="store_true",
-                        help="first create the task's data if it does not exist (e.g. the sea-ice store at data.path)")
-    parser.add_argument(*_NPROC_FLAGS, dest="nproc_per_node", type=int, default=None,
-                        help="processes on this node (default: training.nproc_per_node)")
+    parser.add_argument(
+        "--resume", default=None, help="auto (newest good checkpoint, default), none, or a checkpoint path"
+    )
+    parser.add_argument(
+        "--create-data",
+        action="store_true",
+        help="first create the task's data if it does not exist (e.g. the sea-ice store at data.path)",
+    )
+    parser.add_argument(
+        *_NPROC_FLAGS,
+        dest="nproc_per_node",
+        type=int,
+        default=None,
+        help="processes on this node (default: training.nproc_per_node)",
+    )
     return parser
 
 
@@ -66,7 +83,7 @@ def _train_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
     return worker_main(without_nproc(argv))
 
 
-def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> "Config":
+def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> Config:
     """The validated config, for ``world_size`` ranks; its task's data must exist, or be asked
     for with inputs the task accepts."""
     from neural_arch.training.config import load_config
@@ -82,13 +99,16 @@ def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> "Confi
     return cfg
 
 
-def _launch_workers(cfg: "Config", nproc: int, worker_argv: list[str]) -> int:
+def _launch_workers(cfg: Config, nproc: int, worker_argv: list[str]) -> int:
     from neural_arch.distributed.launcher import DistributedLauncher, LaunchConfig
 
     launch = LaunchConfig(
-        nproc_per_node=nproc, max_restarts=cfg.training.max_restarts, timeout=cfg.training.timeout,
+        nproc_per_node=nproc,
+        max_restarts=cfg.training.max_restarts,
+        timeout=cfg.training.timeout,
         backend=None if cfg.training.backend == "auto" else cfg.training.backend,
-        log_dir=str(Path(cfg.run.dir) / "logs" / "console"), rank0_only=True,
+        log_dir=str(Path(cfg.run.dir) / "logs" / "console"),
+        rank0_only=True,
     )
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
@@ -96,8 +116,12 @@ def _launch_workers(cfg: "Config", nproc: int, worker_argv: list[str]) -> int:
         return DistributedLauncher(launch).launch(__file__, *worker_argv)
     except SignalException as stop:  # Ctrl-C or SIGTERM to this command: the workers were told and saved
         name = signal.Signals(stop.sigval).name
-        print(f"{PROG}: stopped by {name}; the workers saved a checkpoint at the step they were on. Run the same "
-              "command to continue from there.", file=sys.stderr, flush=True)
+        print(
+            f"{PROG}: stopped by {name}; the workers saved a checkpoint at the step they were on. Run the same "
+            "command to continue from there.",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + int(stop.sigval)
 
 

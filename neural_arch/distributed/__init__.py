@@ -9,20 +9,46 @@ collectives, heartbeat), ``data_parallel`` (exact DDP, sampler, loss weighting, 
 ``checkpoint`` (atomic save/load, sharded), ``launcher`` (start and restart the workers).
 """
 
-from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
-from neural_arch.distributed.runtime import (
-    CollectiveFailed, MissingProcessGroupError, ReduceOp, all_gather, all_gather_object, all_reduce, barrier, broadcast, destroy_process_group, get_backend,
-    get_distributed_info, get_local_rank, get_rank, get_world_size, init_process_group, is_initialized,
-    reduce_scatter,
+from neural_arch.distributed.checkpoint import (
+    CheckpointError,
+    CheckpointInfo,
+    load_checkpoint,
+    load_sharded,
+    save_checkpoint,
+    save_sharded,
 )
 from neural_arch.distributed.data_parallel import (
-    DistributedDataParallel, DistributedSampler, IndexBatch, UnusedParametersError, global_batch_loss, global_count,
-    global_mean_std, no_sync, zero_loss,
+    DistributedDataParallel,
+    DistributedSampler,
+    IndexBatch,
+    UnusedParametersError,
+    global_batch_loss,
+    global_count,
+    global_mean_std,
+    no_sync,
+    zero_loss,
 )
-from neural_arch.distributed.checkpoint import (
-    CheckpointError, CheckpointInfo, load_checkpoint, load_sharded, save_checkpoint, save_sharded,
-)
+from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
 from neural_arch.distributed.launcher import DistributedLauncher, LaunchConfig, launch_distributed_training
+from neural_arch.distributed.runtime import (
+    CollectiveFailed,
+    MissingProcessGroupError,
+    ReduceOp,
+    all_gather,
+    all_gather_object,
+    all_reduce,
+    barrier,
+    broadcast,
+    destroy_process_group,
+    get_backend,
+    get_distributed_info,
+    get_local_rank,
+    get_rank,
+    get_world_size,
+    init_process_group,
+    is_initialized,
+    reduce_scatter,
+)
 
 __all__ = [
     "CheckpointError",

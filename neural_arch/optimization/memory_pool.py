@@ -17,7 +17,7 @@ import torch
 
 
 @contextmanager
-def memory_pool_scope(device: Optional[torch.device] = None) -> Iterator[Optional["torch.cuda.MemPool"]]:
+def memory_pool_scope(device: Optional[torch.device] = None) -> Iterator[Optional[torch.cuda.MemPool]]:
     """Route CUDA allocations on ``device`` (default: the current one) into a fresh MemPool."""
     if not torch.cuda.is_available() or (device is not None and torch.device(device).type != "cuda"):
         yield None

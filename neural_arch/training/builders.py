@@ -16,7 +16,6 @@ from torch import nn
 
 from neural_arch.training.config import Config
 
-
 PARAM_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.float32, "fp16": torch.float32}
 """Parameter dtype per precision: bf16/fp16 keep fp32 master weights and autocast."""
 
@@ -25,7 +24,9 @@ def build_optimizer(cfg: Config, model: nn.Module) -> torch.optim.Optimizer:
     """SGD (with momentum), Adam or AdamW as configured."""
     optim = cfg.optim
     if optim.name == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay)
+        return torch.optim.SGD(
+            model.parameters(), lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay
+        )
     cls = torch.optim.Adam if optim.name == "adam" else torch.optim.AdamW
     return cls(model.parameters(), lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
 

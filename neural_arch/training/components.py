@@ -37,7 +37,7 @@ class TrainingComponents:
     step: int = 0
 
     @classmethod
-    def build(cls, cfg: Config, device: torch.device) -> "TrainingComponents":
+    def build(cls, cfg: Config, device: torch.device) -> TrainingComponents:
         """Build on every rank (the task's ``prepare`` may run collectives)."""
         task = task_class(cfg.run.task)(cfg)
         task.prepare()
@@ -46,10 +46,16 @@ class TrainingComponents:
             compile_blocks(placement.plain)
         optimizer = build_optimizer(cfg, placement.model)
         # Ranks of one data-parallel group (tensor-parallel peers) draw the same share.
-        sampler = nd.DistributedSampler(dataset_size=task.train_size, batch_size=cfg.training.global_batch_size,
-                                        seed=cfg.run.seed, rank=placement.dp_rank, num_replicas=placement.dp_size)
-        return cls(cfg, task, placement, optimizer, build_scheduler(cfg, optimizer), build_scaler(cfg, device), sampler,
-                   device)
+        sampler = nd.DistributedSampler(
+            dataset_size=task.train_size,
+            batch_size=cfg.training.global_batch_size,
+            seed=cfg.run.seed,
+            rank=placement.dp_rank,
+            num_replicas=placement.dp_size,
+        )
+        return cls(
+            cfg, task, placement, optimizer, build_scheduler(cfg, optimizer), build_scaler(cfg, device), sampler, device
+        )
 
     @property
     def model(self) -> torch.nn.Module:
@@ -60,13 +66,22 @@ class TrainingComponents:
         """Checkpoint content (call on every rank: it gathers every rank's RNG state). With
         ``checkpoint.format: sharded`` the model and optimizer are left out: ``shard_state()``."""
         sharded = self.cfg.checkpoint.format == "sharded"
-        weights = {"shards": True} if sharded else {
-            "model": self.placement.model_state(), "optimizer": self.placement.optimizer_state(self.optimizer)}
+        weights = (
+            {"shards": True}
+            if sharded
+            else {"model": self.placement.model_state(), "optimizer": self.placement.optimizer_state(self.optimizer)}
+        )
         return {
-            **weights, "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-            "sampler": self.sampler.state_dict(), "step": self.step, "world_size": nd.get_world_size(),
-            "rng": nd.all_gather_object(capture_rng()), "config": config_to_dict(self.cfg),
-            "task": self.task.state_dict(), **self._compression_state(),
+            **weights,
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "step": self.step,
+            "world_size": nd.get_world_size(),
+            "rng": nd.all_gather_object(capture_rng()),
+            "config": config_to_dict(self.cfg),
+            "task": self.task.state_dict(),
+            **self._compression_state(),
         }
 
     def _compression_state(self) -> dict[str, Any]:

@@ -22,9 +22,10 @@ from typing import Any, Literal, Optional, Sequence
 
 import yaml
 
-from neural_arch.distributed.parallel.layout import ParallelLayout
 from neural_arch.distributed.data_parallel.compression import Compression
+from neural_arch.distributed.parallel.layout import ParallelLayout
 from neural_arch.training.batch_sizes import check_batch_sizes
+from neural_arch.training.config_source import apply_override, read_yaml
 from neural_arch.training.layout_check import checked_layout, layout_active
 from neural_arch.training.registry import task_class
 from neural_arch.training.task import RangeRule, Task
@@ -159,34 +160,47 @@ class Config:
 # ---- range rules of the framework's sections: key path -> (predicate, what is allowed);
 # None values are skipped. The task adds the rules of its model/data sections (Task.SECTIONS.ranges).
 _RANGES: dict[str, RangeRule] = {
-    "optim.lr": POSITIVE, "optim.momentum": UNIT, "optim.weight_decay": at_least(0),
+    "optim.lr": POSITIVE,
+    "optim.momentum": UNIT,
+    "optim.weight_decay": at_least(0),
     "optim.betas": ((lambda v: all(0 <= b < 1 for b in v)), "two numbers in [0, 1)"),
-    "schedule.warmup_steps": at_least(0), "schedule.min_lr_ratio": UNIT,
-    "training.steps": at_least(1), "training.global_batch_size": at_least(1), "training.grad_accum_steps": at_least(1),
-    "training.nproc_per_node": at_least(1), "training.max_restarts": at_least(0),
+    "schedule.warmup_steps": at_least(0),
+    "schedule.min_lr_ratio": UNIT,
+    "training.steps": at_least(1),
+    "training.global_batch_size": at_least(1),
+    "training.grad_accum_steps": at_least(1),
+    "training.nproc_per_node": at_least(1),
+    "training.max_restarts": at_least(0),
     "training.grad_clip": ((lambda v: v > 0), "> 0 (or null to disable clipping)"),
-    "training.val_every": at_least(0), "training.timeout": POSITIVE,
-    "checkpoint.every_steps": at_least(0), "checkpoint.keep_last": at_least(1),
+    "training.val_every": at_least(0),
+    "training.timeout": POSITIVE,
+    "checkpoint.every_steps": at_least(0),
+    "checkpoint.keep_last": at_least(1),
     "checkpoint.resume": ((lambda v: v != ""), "'auto', 'none' or a checkpoint path"),
     "checkpoint.format": ((lambda v: v in ("full", "sharded")), "'full' or 'sharded'"),
     "logging.every_steps": at_least(1),
-    "ddp.powersgd_rank": at_least(1), "ddp.bucket_mb": POSITIVE,
-    "ddp.powersgd_warmup_steps": (lambda v: v >= 2, ">= 2 (DDP settles its buckets after step 1; PowerSGD starts after)"),
+    "ddp.powersgd_rank": at_least(1),
+    "ddp.bucket_mb": POSITIVE,
+    "ddp.powersgd_warmup_steps": (
+        lambda v: v >= 2,
+        ">= 2 (DDP settles its buckets after step 1; PowerSGD starts after)",
+    ),
 }
 
 
-def load_config(path: Optional[str | Path] = None, overrides: Sequence[str] = (), *,
-                world_size: Optional[int] = None) -> Config:
+def load_config(
+    path: Optional[str | Path] = None, overrides: Sequence[str] = (), *, world_size: Optional[int] = None
+) -> Config:
     """Defaults, then the YAML file at ``path`` (if any), then ``overrides``, then validation.
 
     ``world_size``: ranks the run will use, for the batch divisibility check; when None and
     ``training.distributed`` is true, ``training.nproc_per_node`` stands in for it.
     """
-    raw = _read_yaml(Path(path)) if path is not None else {}
+    raw = read_yaml(Path(path), Config) if path is not None else {}
     task = task_class(_task_name(raw, overrides))  # the task decides what model:/data: may hold
     sections = section_types(task)
     for text in overrides:
-        _apply_override(raw, text, sections)
+        apply_override(raw, text, sections, Config)
     for name in raw:
         if name not in sections:
             unknown("", name, Config)
@@ -218,19 +232,25 @@ def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
         dp_ranks = checked_layout(cfg.parallel, world_size, task, cfg)
     check_batch_sizes(cfg.training, world_size, dp_ranks, cfg.parallel.microbatches)
     if cfg.ddp.compression != "none" and layout_active(cfg.parallel):
-        raise ConfigError(f"ddp.compression={cfg.ddp.compression} with a parallel: layout: compression applies to plain "
-                          "DDP's gradient all-reduce only; set ddp.compression=none or leave parallel: at its defaults")
+        raise ConfigError(
+            f"ddp.compression={cfg.ddp.compression} with a parallel: layout: compression applies to plain "
+            "DDP's gradient all-reduce only; set ddp.compression=none or leave parallel: at its defaults"
+        )
     if cfg.training.compile and layout_active(cfg.parallel):
-        raise ConfigError("training.compile=true with a parallel: layout: compile is supported with plain data "
-                          "parallelism only; set training.compile=false or leave parallel: at its defaults")
+        raise ConfigError(
+            "training.compile=true with a parallel: layout: compile is supported with plain data "
+            "parallelism only; set training.compile=false or leave parallel: at its defaults"
+        )
 
 
 def config_to_dict(cfg: Config) -> dict:
     """A plain dict of builtins (tuples become lists) that ``yaml.safe_dump`` accepts."""
+
     def plain(v: Any) -> Any:
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         return [plain(x) for x in v] if isinstance(v, (list, tuple)) else v
+
     return plain(dataclasses.asdict(cfg))
 
 
@@ -241,27 +261,12 @@ def save_config(cfg: Config, path: str | Path) -> None:
     commit_file(Path(path), lambda f: f.write(text.encode()))
 
 
-def _read_yaml(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
-    if data is None:  # an empty file means "all defaults"
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections "
-                          f"({', '.join(names(Config))}), got {show(data)} ({type(data).__name__})")
-    return data
-
-
 def _task_name(raw: dict, overrides: Sequence[str]) -> str:
     """``run.task`` as the file and the overrides set it (the last override wins)."""
     run = raw.get("run")
-    name = run.get("task", RunConfig.task) if isinstance(run, dict) else RunConfig.task  # a bad run: is reported by build
+    name = (
+        run.get("task", RunConfig.task) if isinstance(run, dict) else RunConfig.task
+    )  # a bad run: is reported by build
     for text in overrides:
         key, sep, value = str(text).partition("=")
         if sep and key.strip() == "run.task":
@@ -269,30 +274,3 @@ def _task_name(raw: dict, overrides: Sequence[str]) -> str:
     if not isinstance(name, str):
         raise ConfigError(f"run.task: expected a task name (str), got {show(name)}")
     return name
-
-
-def _apply_override(raw: dict, text: str, sections: dict[str, type]) -> None:
-    """Set one ``section.key=value`` into the raw nested dict; the key path is checked first."""
-    key, sep, value_text = str(text).partition("=")
-    section, dot, name = key.strip().partition(".")
-    if not (sep and dot and section and name):
-        raise ConfigError(f"malformed override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
-    if section not in sections:
-        unknown("", section, Config)
-    cls = sections[section]
-    if name not in names(cls):
-        unknown(section, name, cls)
-    tp = typing.get_type_hints(cls)[name]
-    try:
-        value = yaml.safe_load(value_text) if value_text.strip() else None
-    except yaml.YAMLError:
-        value = value_text  # not YAML (e.g. "a: b: c"); the type check rejects it where wrong
-    # A str field takes the text verbatim: run.name=2024 is a name, not the int 2024 (a
-    # list or mapping still goes to a field that may also hold a list, e.g. str | list[str]).
-    if value is not None and not isinstance(value, (str, list, dict)) and str in (tp, *typing.get_args(tp)):
-        value = value_text.strip()
-    if raw.get(section) is None:
-        raw[section] = {}
-    if not isinstance(raw[section], dict):
-        raise ConfigError(f"{section}: expected a mapping, got {show(raw[section])}; cannot apply --set {key}")
-    raw[section][name] = value

@@ -25,9 +25,11 @@ def checked_layout(layout: ParallelLayout, world_size: Optional[int], task: type
         validate(layout, layout.world_size if world_size is None else world_size)
         needs_plan = layout.tp > 1 or layout.pp > 1 or layout.activation_checkpointing > 0
         if needs_plan and task.parallel_plan() is None:
-            raise ValueError(f"parallel: tp={layout.tp}, pp={layout.pp}, activation_checkpointing="
-                             f"{layout.activation_checkpointing} need the app's parallel plan but run.task="
-                             f"{cfg.run.task!r} has none; use dp_shard/dp_replicate only")
+            raise ValueError(
+                f"parallel: tp={layout.tp}, pp={layout.pp}, activation_checkpointing="
+                f"{layout.activation_checkpointing} need the app's parallel plan but run.task="
+                f"{cfg.run.task!r} has none; use dp_shard/dp_replicate only"
+            )
         if needs_plan:
             validate_model(layout, *task.parallel_sizes(cfg))
     except ValueError as exc:
@@ -40,14 +42,22 @@ def checked_layout(layout: ParallelLayout, world_size: Optional[int], task: type
 def _check_pipeline(layout: ParallelLayout, task: type[Task], cfg: Any) -> None:
     """What a pipeline needs beyond the layout: a loss split at the model's output, no second accumulation."""
     if not task.splits_loss():
-        raise ConfigError(f"parallel.pp={layout.pp} needs the app's loss split at the model's output "
-                          f"(Task.split_batch and Task.sample_loss) but run.task={cfg.run.task!r} does not; set pp=1")
+        raise ConfigError(
+            f"parallel.pp={layout.pp} needs the app's loss split at the model's output "
+            f"(Task.split_batch and Task.sample_loss) but run.task={cfg.run.task!r} does not; set pp=1"
+        )
     if cfg.training.grad_accum_steps != 1:
-        raise ConfigError(f"training.grad_accum_steps={cfg.training.grad_accum_steps} with parallel.pp={layout.pp}: "
-                          "a pipeline already accumulates over parallel.microbatches; set grad_accum_steps=1")
+        raise ConfigError(
+            f"training.grad_accum_steps={cfg.training.grad_accum_steps} with parallel.pp={layout.pp}: "
+            "a pipeline already accumulates over parallel.microbatches; set grad_accum_steps=1"
+        )
     if cfg.checkpoint.format == "sharded":
-        raise ConfigError(f"checkpoint.format=sharded with parallel.pp={layout.pp} is not supported yet (the stages "
-                          "hold a tied matrix under two names); use checkpoint.format=full")
+        raise ConfigError(
+            f"checkpoint.format=sharded with parallel.pp={layout.pp} is not supported yet (the stages "
+            "hold a tied matrix under two names); use checkpoint.format=full"
+        )
     if cfg.training.precision == "fp16":
-        raise ConfigError(f"training.precision=fp16 with parallel.pp={layout.pp}: the fp16 loss scaler cannot "
-                          "reach the losses inside the pipeline schedule; use bf16 or fp32")
+        raise ConfigError(
+            f"training.precision=fp16 with parallel.pp={layout.pp}: the fp16 loss scaler cannot "
+            "reach the losses inside the pipeline schedule; use bf16 or fp32"
+        )

@@ -21,7 +21,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import FSDPModule
 
@@ -44,14 +48,16 @@ def pipeline_model_state(view: nn.Module, group: dist.ProcessGroup) -> dict[str,
     return full
 
 
-def pipeline_optimizer_state(view: nn.Module, optimizer: torch.optim.Optimizer, group: dist.ProcessGroup,
-                             indices: dict[str, int]) -> dict[str, Any]:
+def pipeline_optimizer_state(
+    view: nn.Module, optimizer: torch.optim.Optimizer, group: dist.ProcessGroup, indices: dict[str, int]
+) -> dict[str, Any]:
     """The whole model's optimizer state, keyed by index, on pipeline rank 0 of ``group`` ({} elsewhere)."""
     _reshard(view)
     optim = get_optimizer_state_dict(view, optimizer, options=_EVERY_RANK)
     if len(optim["param_groups"]) != 1:
-        raise ValueError("pipeline checkpoints hold one optimizer parameter group; the optimizer has "
-                         f"{len(optim['param_groups'])}")
+        raise ValueError(
+            f"pipeline checkpoints hold one optimizer parameter group; the optimizer has {len(optim['param_groups'])}"
+        )
     mine = ({name: _to_cpu(s) for name, s in optim["state"].items()}, optim["param_groups"][0])
     parts = _gather(mine, group)
     if not parts:
@@ -68,8 +74,13 @@ def _gather(mine: Any, group: dist.ProcessGroup) -> list[Any]:
     return parts
 
 
-def load_pipeline_state(view: nn.Module, optimizer: torch.optim.Optimizer, indices: dict[str, int],
-                        model_state: dict[str, Any], optim_state: dict[str, Any]) -> None:
+def load_pipeline_state(
+    view: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    indices: dict[str, int],
+    model_state: dict[str, Any],
+    optim_state: dict[str, Any],
+) -> None:
     """Load a full single-process state into this rank's stages and the optimizer over them."""
     _reshard(view)
     mine = view.state_dict(keep_vars=True).keys()

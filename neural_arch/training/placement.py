@@ -12,8 +12,8 @@ DCP's state-dict API, so a run saved on any layout resumes on any other, and ``e
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ContextManager, Optional
 
@@ -101,8 +101,9 @@ class Placement:
 
         from neural_arch.distributed.parallel import dcp_savable
 
-        return dcp_savable({"model": get_model_state_dict(self.plain),
-                            "optim": get_optimizer_state_dict(self.plain, optimizer)})
+        return dcp_savable(
+            {"model": get_model_state_dict(self.plain), "optim": get_optimizer_state_dict(self.plain, optimizer)}
+        )
 
     def load_shards(self, optimizer: torch.optim.Optimizer, step_dir: Path) -> None:
         """Load a sharded checkpoint saved on any layout into this placement (DCP reshards)."""
@@ -158,15 +159,21 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
         # back (34 MB a step on an 8.5M-parameter model) and one gradient-sized buffer less. The
         # values are the same: the step sets gradients to None, so DDP still scales each one
         # into its bucket as before; only the copy out of the bucket is gone.
-        ddp = nd.DistributedDataParallel(model, bucket_size_mb=cfg.ddp.bucket_mb, compression=compression,
-                                         gradient_as_bucket_view=True)
+        ddp = nd.DistributedDataParallel(
+            model, bucket_size_mb=cfg.ddp.bucket_mb, compression=compression, gradient_as_bucket_view=True
+        )
         return Placement(ddp, model, nd.get_rank(), nd.get_world_size(), leader=True, sharded=False)
     from neural_arch.distributed import parallel as par
 
     layout = par.validate(cfg.parallel, nd.get_world_size())
     mesh = par.build_mesh(layout, device_type=device.type)
-    where = dict(dp_rank=par.dp_rank(mesh), dp_size=par.dp_size(mesh), leader=par.is_dp_leader(mesh), sharded=True,
-                 min_rows=1 if layout.tp > 1 else 0)
+    where = dict(
+        dp_rank=par.dp_rank(mesh),
+        dp_size=par.dp_size(mesh),
+        leader=par.is_dp_leader(mesh),
+        sharded=True,
+        min_rows=1 if layout.tp > 1 else 0,
+    )
     if layout.pp == 1:
         par.parallelize_model(model, layout, mesh, type(task).parallel_plan())
         return Placement(model, model, **where)
@@ -176,8 +183,9 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
     # Fixed micro-batch rows: a full global batch's share fills the micro-batches exactly.
     rows = math.ceil(cfg.training.global_batch_size / layout.dp_size / layout.microbatches)
     runner = par.build_pipeline(model, layout, mesh, type(task).parallel_plan(), task.sample_loss, rows, device)
-    return Placement(par.stage_view(runner.modules), par.PipelineForward(runner), **where, pipeline=runner,
-                     indices=indices)
+    return Placement(
+        par.stage_view(runner.modules), par.PipelineForward(runner), **where, pipeline=runner, indices=indices
+    )
 
 
 def _full(cpu_offload: bool) -> Any:

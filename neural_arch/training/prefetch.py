@@ -51,7 +51,7 @@ class Prefetcher(Generic[T]):
         self.hits = 0
         """Batches handed out from the background build (the rest were built by ``take``)."""
 
-    def __enter__(self) -> "Prefetcher[T]":
+    def __enter__(self) -> Prefetcher[T]:
         if self.enabled:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="neural_arch-prefetch")
         return self

@@ -32,7 +32,9 @@ _registered: dict[str, type[Task]] = {}
 def register_task(name: str, cls: type[Task]) -> None:
     """Make ``run.task: NAME`` train with ``cls`` in this process (re-registering replaces)."""
     if not isinstance(cls, type) or not issubclass(cls, Task):
-        raise TypeError(f"register_task({name!r}, ...): expected a subclass of neural_arch.training.task.Task, got {cls!r}")
+        raise TypeError(
+            f"register_task({name!r}, ...): expected a subclass of neural_arch.training.task.Task, got {cls!r}"
+        )
     _registered[name] = cls
 
 
@@ -57,13 +59,17 @@ def task_class(name: str) -> type[Task]:
 def _unknown(name: str, known: list[str]) -> str:
     """What was asked, what is installed, and the ways to make the name known."""
     if not known:  # the usual cause: running from a source tree that was never pip-installed
-        found = (f"no tasks are installed (the {ENTRY_POINT_GROUP!r} entry-point group is empty): install "
-                 "neural_arch (pip install -e . in its checkout) to register the built-in apps")
+        found = (
+            f"no tasks are installed (the {ENTRY_POINT_GROUP!r} entry-point group is empty): install "
+            "neural_arch (pip install -e . in its checkout) to register the built-in apps"
+        )
     else:
         found = f"installed tasks: {', '.join(known)}"
-    return (f"run.task={name!r} is not a known task{hint(name, known)}; {found}; to add one, install the package "
-            f"that declares it as a {ENTRY_POINT_GROUP!r} entry point, call register_task, or give your own as "
-            "'package.module:TaskClass'")
+    return (
+        f"run.task={name!r} is not a known task{hint(name, known)}; {found}; to add one, install the package "
+        f"that declares it as a {ENTRY_POINT_GROUP!r} entry point, call register_task, or give your own as "
+        "'package.module:TaskClass'"
+    )
 
 
 def _import(target: str, name: str) -> Any:
@@ -73,8 +79,9 @@ def _import(target: str, name: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name is None or not module_name.startswith(exc.name):
             raise  # the module exists but one of its own imports failed: a bug to show with its traceback
-        raise ConfigError(f"run.task={name!r}: cannot import module {module_name!r} ({exc}); is it installed "
-                          "or on PYTHONPATH?") from None
+        raise ConfigError(
+            f"run.task={name!r}: cannot import module {module_name!r} ({exc}); is it installed or on PYTHONPATH?"
+        ) from None
     if not hasattr(module, attr):
         raise ConfigError(f"run.task={name!r}: module {module_name!r} has no attribute {attr!r}")
     return getattr(module, attr)
@@ -82,6 +89,7 @@ def _import(target: str, name: str) -> Any:
 
 def _checked(name: str, found: Any) -> type[Task]:
     if not (isinstance(found, type) and issubclass(found, Task)):
-        raise ConfigError(f"run.task={name!r} names {found!r}, which is not a subclass of "
-                          "neural_arch.training.task.Task")
+        raise ConfigError(
+            f"run.task={name!r} names {found!r}, which is not a subclass of neural_arch.training.task.Task"
+        )
     return found

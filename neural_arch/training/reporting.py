@@ -17,7 +17,9 @@ from tqdm import tqdm
 class RunReporter:
     """Per-rank log file; on rank 0 also the progress bar, metrics.jsonl and TensorBoard."""
 
-    def __init__(self, run_dir: Path, rank: int, total_steps: int, start_step: int, progress: bool, tensorboard: bool) -> None:
+    def __init__(
+        self, run_dir: Path, rank: int, total_steps: int, start_step: int, progress: bool, tensorboard: bool
+    ) -> None:
         self.run_dir, self.rank = run_dir, rank
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.log = logging.getLogger(f"neural_arch.train.rank{rank}.{id(self)}")
@@ -87,7 +89,9 @@ def plot_losses(metrics_path: Path, out_png: Path) -> None:
     plt.close(fig)
 
 
-def format_summary(final: dict[str, float], seconds: float, samples: int, step_times: list[tuple[float, float]], world: int) -> str:
+def format_summary(
+    final: dict[str, float], seconds: float, samples: int, step_times: list[tuple[float, float]], world: int
+) -> str:
     """A one-screen end-of-run summary of ``final`` (the task's summary metrics);
     ``step_times`` = per-rank (mean, max) seconds."""
     lines = [f"finished in {seconds:.1f} s on {world} process(es): {samples / max(seconds, 1e-9):.1f} samples/s"]
@@ -96,6 +100,8 @@ def format_summary(final: dict[str, float], seconds: float, samples: int, step_t
     if means:
         slowest = max(range(len(means)), key=lambda r: means[r])
         spread = (max(means) - min(means)) / max(min(means), 1e-12)
-        lines.append(f"  step time per rank (mean ms): {', '.join(f'{m * 1e3:.1f}' for m in means)}; "
-                     f"spread {spread:.0%}, slowest rank {slowest}")
+        lines.append(
+            f"  step time per rank (mean ms): {', '.join(f'{m * 1e3:.1f}' for m in means)}; "
+            f"spread {spread:.0%}, slowest rank {slowest}"
+        )
     return "\n".join(lines)

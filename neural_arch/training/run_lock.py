@@ -36,7 +36,7 @@ class RunDirLock:
         self.path = path
 
     @classmethod
-    def acquire(cls, run_dir: Path) -> "RunDirLock":
+    def acquire(cls, run_dir: Path) -> RunDirLock:
         """Take the lock of ``run_dir`` (created if missing) or raise a one-line ``ConfigError``."""
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / LOCK_FILE
@@ -44,8 +44,10 @@ class RunDirLock:
         if not lock_file(fd, exclusive=True, timeout=0):
             holder = os.read(fd, 4096).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise ConfigError(f"run.dir={str(run_dir)!r} is in use by another job ({holder}); wait for it to end, "
-                              "stop it, or choose another run.dir")
+            raise ConfigError(
+                f"run.dir={str(run_dir)!r} is in use by another job ({holder}); wait for it to end, "
+                "stop it, or choose another run.dir"
+            )
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:300]}\n".encode())
         return cls(fd, path)

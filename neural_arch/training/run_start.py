@@ -92,8 +92,7 @@ def resume_from(components: TrainingComponents, resume: str, checkpoints: Path) 
     info, state = found
     components.restore(state, components.cfg.run.seed, info.path)
     if nd.get_rank() == 0 and components.step < components.cfg.training.steps:
-        print(f"resuming from step {info.step} of {components.cfg.training.steps} (checkpoint {info.path})",
-              flush=True)
+        print(f"resuming from step {info.step} of {components.cfg.training.steps} (checkpoint {info.path})", flush=True)
     return info.step
 
 
@@ -101,8 +100,11 @@ def finished_run_metrics(components: TrainingComponents, run_dir: Path) -> dict[
     """A finished run started again: say so and touch none of its outputs; its final metrics."""
     steps = components.cfg.training.steps
     if nd.get_rank() == 0:
-        print(f"already at step {components.step} of {steps}; nothing to do (use --resume none or a new run.dir to "
-              "start over, or raise training.steps to train on)", flush=True)
+        print(
+            f"already at step {components.step} of {steps}; nothing to do (use --resume none or a new run.dir to "
+            "start over, or raise training.steps to train on)",
+            flush=True,
+        )
     summary = run_dir / "summary.json"
     values = json.loads(summary.read_text()) if summary.exists() else {}
     return {k: float(v) for k, v in values.items() if "/" in k}

@@ -43,4 +43,4 @@ def forget_samples_after(run_dir: Path, step: int) -> None:
             log.unlink()
         else:
             text = "".join(line + "\n" for line in kept).encode()
-            commit_file(log, lambda f: f.write(text))
+            commit_file(log, lambda f, text=text: f.write(text))

@@ -24,8 +24,9 @@ from neural_arch.training.components import TrainingComponents
 from neural_arch.training.placement import Placement
 
 
-def forward_backward(components: TrainingComponents, batch: nd.IndexBatch,
-                     inputs: Optional[list[dict[str, torch.Tensor]]] = None) -> torch.Tensor:
+def forward_backward(
+    components: TrainingComponents, batch: nd.IndexBatch, inputs: Optional[list[dict[str, torch.Tensor]]] = None
+) -> torch.Tensor:
     """Gradients of one global batch's mean loss on every rank; returns this rank's (loss sum, samples).
 
     ``inputs``: ``step_inputs(components, batch)`` when the caller built them already (prefetch)."""
@@ -45,8 +46,9 @@ def optimizer_step(components: TrainingComponents, loss_sum: torch.Tensor) -> No
     # same on every rank without another collective (a pipeline adds its ranks' parts).
     norm = gradient_norm(placement)  # one read of the gradients (clip_grad_norm_ with inf also rescales)
     if components.cfg.training.grad_clip is not None and torch.isfinite(norm):
-        clip_to([q for q in placement.model.parameters() if q.grad is not None], components.cfg.training.grad_clip,
-                norm)
+        clip_to(
+            [q for q in placement.model.parameters() if q.grad is not None], components.cfg.training.grad_clip, norm
+        )
     if not torch.isfinite(norm) and not scaler.is_enabled():  # fp16's scaler skips such steps itself
         _non_finite(components, loss_sum)
         return
@@ -63,15 +65,19 @@ def step_inputs(components: TrainingComponents, batch: nd.IndexBatch) -> list[di
     with autocast_context(cfg, components.device):  # as the step itself runs (autocast state is per thread)
         if placement.pipeline is not None:
             return [components.task.batch("train", ids, components.device)]
-        return [padded(components.task.batch("train", part, components.device), placement.min_rows)
-                for part in _micro_ids(components, batch)]
+        return [
+            padded(components.task.batch("train", part, components.device), placement.min_rows)
+            for part in _micro_ids(components, batch)
+        ]
 
 
 def _micro_ids(components: TrainingComponents, batch: nd.IndexBatch) -> tuple[torch.Tensor, ...]:
     return torch.tensor_split(torch.tensor(batch, dtype=torch.long), components.cfg.training.grad_accum_steps)
 
 
-def _accumulate(components: TrainingComponents, batch: nd.IndexBatch, inputs: list[dict[str, torch.Tensor]]) -> torch.Tensor:
+def _accumulate(
+    components: TrainingComponents, batch: nd.IndexBatch, inputs: list[dict[str, torch.Tensor]]
+) -> torch.Tensor:
     """Forward and backward of this rank's share in ``grad_accum_steps`` parts; (loss sum, samples)."""
     cfg, placement = components.cfg, components.placement
     local = torch.zeros(2, dtype=torch.float64)
@@ -83,8 +89,9 @@ def _accumulate(components: TrainingComponents, batch: nd.IndexBatch, inputs: li
             per_sample = components.task.loss(placement.model, rows)
             # Weighted by the ranks that see different samples, so the data-parallel average is
             # the gradient of the global batch's mean (padding rows, if any, weigh exactly 0).
-            loss = data_parallel_loss(per_sample, batch.global_size, placement.dp_size,
-                                      valid=len(part) if placement.min_rows else None)
+            loss = data_parallel_loss(
+                per_sample, batch.global_size, placement.dp_size, valid=len(part) if placement.min_rows else None
+            )
         components.scaler.scale(loss).backward()
         if placement.leader:  # tensor-parallel peers computed the same samples: count them once
             local[0] += per_sample.detach()[: len(part)].double().sum().cpu()
@@ -169,14 +176,21 @@ def evaluate(components: TrainingComponents) -> dict[str, float]:
     task, cfg, placement = components.task, components.cfg, components.placement
     if task.val_size == 0:
         return {}
-    sampler = nd.DistributedSampler(dataset_size=task.val_size, batch_size=cfg.training.global_batch_size,
-                                    shuffle=False, rank=placement.dp_rank, num_replicas=placement.dp_size)
+    sampler = nd.DistributedSampler(
+        dataset_size=task.val_size,
+        batch_size=cfg.training.global_batch_size,
+        shuffle=False,
+        rank=placement.dp_rank,
+        num_replicas=placement.dp_size,
+    )
     placement.model.eval()
     sums = None
     for batch in sampler:
         with autocast_context(cfg, components.device):
             ids = torch.tensor(batch, dtype=torch.long)
-            part = task.eval_sums(placement.plain, padded(task.batch("val", ids, components.device), placement.min_rows))
+            part = task.eval_sums(
+                placement.plain, padded(task.batch("val", ids, components.device), placement.min_rows)
+            )
         if not placement.leader or len(ids) == 0:
             part = torch.zeros_like(part)  # a padding row or a tensor peer's copy of the leader's sums
         sums = part if sums is None else sums + part

@@ -43,8 +43,10 @@ class TrainingStopped(Exception):
         self.signum, self.step, self.steps, self.checkpoint = signum, step, steps, checkpoint
         self.rank = nd.get_rank()
         name = signal.Signals(signum).name
-        super().__init__(f"stopped by {name} at step {step} of {steps}; checkpoint saved in {checkpoint}. "
-                         "Run the same command to continue from there.")
+        super().__init__(
+            f"stopped by {name} at step {step} of {steps}; checkpoint saved in {checkpoint}. "
+            "Run the same command to continue from there."
+        )
 
     @property
     def exit_code(self) -> int:
@@ -60,7 +62,7 @@ class StopSignals:
         self._interval, self._calls = 1, 0  # calls between agreements (the first follows step 1), calls since the last
         self._since = time.monotonic()
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._note)
@@ -109,8 +111,14 @@ def requeue_if_asked(asked: bool, signum: int) -> None:
     # The requeue ends this job at once: SLURM's SIGTERM to the job's processes can reach scontrol
     # itself before it exits (seen under load), which is the requeue taking effect, not failing.
     if done.returncode in (0, -signal.SIGTERM, -signal.SIGKILL):
-        print(f"requeued SLURM job {job} after {signal.Signals(signum).name}: it resumes from this checkpoint when "
-              "it starts again", flush=True)
+        print(
+            f"requeued SLURM job {job} after {signal.Signals(signum).name}: it resumes from this checkpoint when "
+            "it starts again",
+            flush=True,
+        )
     else:
-        print(f"could not requeue SLURM job {job}: scontrol requeue said {done.stderr.strip() or done.returncode}; "
-              "submit the same job again to continue", flush=True)
+        print(
+            f"could not requeue SLURM job {job}: scontrol requeue said {done.stderr.strip() or done.returncode}; "
+            "submit the same job again to continue",
+            flush=True,
+        )

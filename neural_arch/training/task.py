@@ -118,8 +118,10 @@ class Task:
     @classmethod
     def generate(cls, state: dict[str, Any], prompt: bytes, settings: GenerationSettings) -> bytes:
         """Text the checkpoint ``state``'s model continues ``prompt`` with (``neural-arch generate``)."""
-        raise ValueError(f"task {cls.__name__} does not generate text; `neural-arch generate` needs a checkpoint "
-                         "of a language model (a task that implements Task.generate)")
+        raise ValueError(
+            f"task {cls.__name__} does not generate text; `neural-arch generate` needs a checkpoint "
+            "of a language model (a task that implements Task.generate)"
+        )
 
     # ---- per-run hooks: one instance per rank, built from the validated config
     def prepare(self) -> None:

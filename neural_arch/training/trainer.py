@@ -60,8 +60,13 @@ class RunProgress:
         self.samples += batch.global_size
 
 
-def train(cfg: Config, *, resume: Optional[str] = None, on_step: Optional[Callable[[int], None]] = None,
-          create_data: bool = False) -> dict[str, float]:
+def train(
+    cfg: Config,
+    *,
+    resume: Optional[str] = None,
+    on_step: Optional[Callable[[int], None]] = None,
+    create_data: bool = False,
+) -> dict[str, float]:
     """Train to ``cfg.training.steps``; returns the final metrics (identical on every rank).
 
     ``resume``: ``auto``/``none``/a checkpoint path (default: ``checkpoint.resume``).
@@ -80,8 +85,14 @@ class Trainer:
     progress: RunProgress
     report: RunReporter
 
-    def __init__(self, cfg: Config, *, resume: Optional[str] = None,
-                 on_step: Optional[Callable[[int], None]] = None, create_data: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        resume: Optional[str] = None,
+        on_step: Optional[Callable[[int], None]] = None,
+        create_data: bool = False,
+    ) -> None:
         self.cfg = cfg
         self.resume = resume or cfg.checkpoint.resume
         self.on_step = on_step
@@ -97,8 +108,11 @@ class Trainer:
             if resumed is not None and run.step >= steps:
                 return finished_run_metrics(run, self.run_dir)
             self._open_outputs(resumed)
-            with StopSignals() as stop, frozen_heap(), \
-                    Prefetcher(partial(step_inputs, run), enabled=cfg.training.prefetch) as prefetch:
+            with (
+                StopSignals() as stop,
+                frozen_heap(),
+                Prefetcher(partial(step_inputs, run), enabled=cfg.training.prefetch) as prefetch,
+            ):
                 batches = global_batches(run.sampler)
                 while run.step < steps:
                     # ---- batch: this rank's share of the next global batch (built while the last step ran)
@@ -133,10 +147,15 @@ class Trainer:
         cfg, rank, step = self.cfg, nd.get_rank(), self.components.step
         if rank == 0:
             save_config(cfg, self.run_dir / "config.yaml")
-        self.report = RunReporter(self.run_dir, rank, cfg.training.steps, step, cfg.logging.progress,
-                                  cfg.logging.tensorboard)
-        self.report.log.info("start: world %d, step %d%s", nd.get_world_size(), step,
-                             f" (resumed from step {resumed})" if resumed else "")
+        self.report = RunReporter(
+            self.run_dir, rank, cfg.training.steps, step, cfg.logging.progress, cfg.logging.tensorboard
+        )
+        self.report.log.info(
+            "start: world %d, step %d%s",
+            nd.get_world_size(),
+            step,
+            f" (resumed from step {resumed})" if resumed else "",
+        )
         if cfg.logging.record_samples and rank == 0:
             forget_samples_after(self.run_dir, step)  # steps past the checkpoint are trained again now
         self.progress = RunProgress(resumed_from=resumed, last_saved=resumed)
@@ -161,22 +180,34 @@ class Trainer:
             total = nd.all_reduce(progress.since_log, check=False)
             progress.loss = float(total[0] / total[1])
             progress.since_log.zero_()
-            row = {"train/loss": progress.loss, "lr": run.scheduler.get_last_lr()[0],
-                   "epoch": float(run.sampler.epoch), **validation}
+            row = {
+                "train/loss": progress.loss,
+                "lr": run.scheduler.get_last_lr()[0],
+                "epoch": float(run.sampler.epoch),
+                **validation,
+            }
             self.report.metrics(run.step, row)
         self.report.progress(run.step, progress.loss, progress.samples / (time.perf_counter() - progress.started))
 
     def _save(self, metric: Optional[float]) -> None:
         run = self.components
-        save_checkpoint(self.run_dir / "checkpoints", run.step, run.checkpoint_state(),
-                        keep_last=self.cfg.checkpoint.keep_last, metric=metric, shards=run.shard_state())
+        save_checkpoint(
+            self.run_dir / "checkpoints",
+            run.step,
+            run.checkpoint_state(),
+            keep_last=self.cfg.checkpoint.keep_last,
+            metric=metric,
+            shards=run.shard_state(),
+        )
         self.progress.last_saved = run.step
 
     def _agree_on_stop_now(self) -> bool:
         """Whether this step was the last, or validated or saved (the same on every rank): ranks
         then agree on stop signals at once, so none is lost at the end or delayed by a slow step."""
         step, cfg = self.components.step, self.cfg
-        return step >= cfg.training.steps or _due(step, cfg.training.val_every) or _due(step, cfg.checkpoint.every_steps)
+        return (
+            step >= cfg.training.steps or _due(step, cfg.training.val_every) or _due(step, cfg.checkpoint.every_steps)
+        )
 
     def _stop(self, signum: int) -> None:
         """Save at this step (every rank agreed on the signal) and leave with ``TrainingStopped``."""
@@ -205,21 +236,34 @@ class Trainer:
         self.report.close()
         whole = run.placement.whole_model(run.task)  # collective for sharded layouts
         if nd.get_rank() == 0:
-            throughput = {"processes": float(nd.get_world_size()),
-                          "samples_per_s": progress.samples / max(train_seconds, 1e-9),
-                          "train_seconds": train_seconds, "steps": float(len(times))}
+            throughput = {
+                "processes": float(nd.get_world_size()),
+                "samples_per_s": progress.samples / max(train_seconds, 1e-9),
+                "train_seconds": train_seconds,
+                "steps": float(len(times)),
+            }
             self._write_outputs(whole, final, throughput, per_rank)
         return final
 
-    def _write_outputs(self, whole: torch.nn.Module, final: dict[str, float], throughput: dict[str, float],
-                       per_rank: list[tuple[float, float]]) -> None:
+    def _write_outputs(
+        self,
+        whole: torch.nn.Module,
+        final: dict[str, float],
+        throughput: dict[str, float],
+        per_rank: list[tuple[float, float]],
+    ) -> None:
         """Rank 0: loss plot, the task's report, summary.txt/summary.json, the summary on stdout."""
         run_dir, task = self.run_dir, self.components.task
         if (run_dir / "metrics.jsonl").exists():
             plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png")
         task.report(run_dir, whole, final, throughput)
-        summary = format_summary(task.summary_metrics(final), throughput["train_seconds"], self.progress.samples,
-                                 per_rank, nd.get_world_size())
+        summary = format_summary(
+            task.summary_metrics(final),
+            throughput["train_seconds"],
+            self.progress.samples,
+            per_rank,
+            nd.get_world_size(),
+        )
         (run_dir / "summary.txt").write_text(summary + "\n")
         (run_dir / "summary.json").write_text(json.dumps({**throughput, **final}, indent=2) + "\n")
         print(summary, flush=True)

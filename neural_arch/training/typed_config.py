@@ -35,8 +35,10 @@ class ConfigError(ValueError):
 def build(cls: Any, data: Any, prefix: str) -> Any:
     data = {} if data is None else data  # "training:" with nothing under it means defaults
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix}: expected a mapping with keys ({', '.join(names(cls))}), "
-                          f"got {show(data)} ({type(data).__name__})")
+        raise ConfigError(
+            f"{prefix}: expected a mapping with keys ({', '.join(names(cls))}), "
+            f"got {show(data)} ({type(data).__name__})"
+        )
     hints, kwargs = typing.get_type_hints(cls), {}
     for name, value in data.items():
         if name not in hints:

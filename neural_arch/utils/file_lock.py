@@ -1,6 +1,11 @@
 """An advisory lock on an open file: ``lock_file(fd, exclusive, timeout)``.
 
-Try it: ``python -c "import os; from neural_arch.utils.file_lock import lock_file; print(lock_file(os.open('/tmp/x', os.O_RDWR | os.O_CREAT), timeout=0))"``
+Try it::
+
+    >>> import os
+    >>> from neural_arch.utils.file_lock import lock_file
+    >>> lock_file(os.open("/tmp/x", os.O_RDWR | os.O_CREAT), timeout=0)
+    True
 
 Use::
 

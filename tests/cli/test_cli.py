@@ -48,7 +48,8 @@ def test_every_mistake_is_one_line_and_exit_2(argv, sub, words, capsys):
 def test_unknown_subcommand_gets_a_did_you_mean(capsys):
     code, _, err = run_main(["trian"], capsys)
     assert code == 2 and err.strip() == (
-        "neural-arch: error: unknown subcommand 'trian' (did you mean 'train'?); use one of: " + ", ".join(COMMANDS))
+        "neural-arch: error: unknown subcommand 'trian' (did you mean 'train'?); use one of: " + ", ".join(COMMANDS)
+    )
 
 
 def test_help_lists_every_subcommand(capsys):
@@ -59,8 +60,9 @@ def test_help_lists_every_subcommand(capsys):
 
 
 def test_set_takes_several_values_after_one_flag_or_repeated():
-    ns = build_parser().parse_args(["--set", "optim.lr=0.1", "training.steps=50", "--resume", "none",
-                                    "--set", "run.name=x"])
+    ns = build_parser().parse_args(
+        ["--set", "optim.lr=0.1", "training.steps=50", "--resume", "none", "--set", "run.name=x"]
+    )
     assert ns.overrides == ["optim.lr=0.1", "training.steps=50", "run.name=x"] and ns.resume == "none"
 
 
@@ -78,8 +80,9 @@ def test_env_reports_a_malformed_variable_by_name(capsys, monkeypatch):
 
 @pytest.mark.multiprocess
 def test_python_dash_m_entry_and_its_exit_status():
-    proc = subprocess.run([sys.executable, "-m", "neural_arch.cli", "train", "--bogus"], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "neural_arch.cli", "train", "--bogus"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("neural-arch train: error: ")
     ok = subprocess.run([sys.executable, "-m", "neural_arch.cli", "env"], capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "cluster:" in ok.stdout

@@ -21,16 +21,23 @@ LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
 """The launcher as a user starts it (``python -m``), for tests that need a ``Popen``."""
 
 
-def cli(*args: str, timeout: float = 240, cwd: Optional[Path] = None,
-        env: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, timeout: float = 240, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None
+) -> subprocess.CompletedProcess[str]:
     """``neural-arch ARGS`` in a fresh process: its exit status, stdout and stderr.
 
     ``env`` adds variables to this process's environment (e.g. ``PYTHONPATH``); ``timeout``
     (seconds) raises ``subprocess.TimeoutExpired`` instead of letting a hang block the suite.
     """
     variables = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "neural_arch.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=variables)
+    return subprocess.run(
+        [sys.executable, "-m", "neural_arch.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=variables,
+    )
 
 
 def launch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

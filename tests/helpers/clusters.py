@@ -127,7 +127,11 @@ def local_slurm(timeout: float = 30.0) -> Iterator[SlurmCluster]:
             if state in ("idle", "mixed", "allocated"):
                 break
             if time.monotonic() > deadline:
-                logs = (STATE / "log" / "slurmctld.log").read_text()[-2000:] if (STATE / "log" / "slurmctld.log").exists() else ""
+                logs = (
+                    (STATE / "log" / "slurmctld.log").read_text()[-2000:]
+                    if (STATE / "log" / "slurmctld.log").exists()
+                    else ""
+                )
                 raise RuntimeError(f"SLURM node not idle after {timeout:.0f} s (state {state!r}):\n{logs}")
             time.sleep(0.3)
         yield SlurmCluster(conf=conf, env=env)

@@ -16,16 +16,23 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel
 
-from neural_arch.apps.gpt.model import VOCAB, GPT
+from neural_arch.apps.gpt.model import GPT, VOCAB
 from neural_arch.apps.gpt.parallelize import parallel_plan, tensor_plan
 from neural_arch.distributed import DistributedSampler, init_process_group
 from neural_arch.distributed.parallel import (
-    ParallelLayout, apply_activation_checkpointing, build_mesh, build_pipeline, data_parallel_loss, dp_rank, dp_size,
-    is_dp_leader, pad_rows, parallelize_model,
+    ParallelLayout,
+    apply_activation_checkpointing,
+    build_mesh,
+    build_pipeline,
+    data_parallel_loss,
+    dp_rank,
+    dp_size,
+    is_dp_leader,
+    pad_rows,
+    parallelize_model,
 )
 
 
@@ -45,8 +52,15 @@ class Setup:
 
 def build_model(setup: Setup) -> GPT:
     torch.manual_seed(0)
-    return GPT(d_model=setup.d_model, n_layers=setup.layers, n_heads=setup.heads, mlp_ratio=2, dropout=0.0,
-               positional=setup.positional, context=setup.context).double()
+    return GPT(
+        d_model=setup.d_model,
+        n_layers=setup.layers,
+        n_heads=setup.heads,
+        mlp_ratio=2,
+        dropout=0.0,
+        positional=setup.positional,
+        context=setup.context,
+    ).double()
 
 
 def data(setup: Setup) -> torch.Tensor:
@@ -135,11 +149,18 @@ def layout_run(setup: Setup, layout: ParallelLayout, plain_qkv: bool = False) ->
             local = per_sample.detach()[: len(ids)].sum().item()
         opt.step()
         losses.append(_global_loss(local if is_dp_leader(mesh) else 0.0, ids.global_size))
-    held = {name: (p.to_local() if isinstance(p, DTensor) else p).numel()
-            for m in modules for name, p in m.named_parameters(remove_duplicate=False)}
+    held = {
+        name: (p.to_local() if isinstance(p, DTensor) else p).numel()
+        for m in modules
+        for name, p in m.named_parameters(remove_duplicate=False)
+    }
     # numpy, not tensors: torch would pass tensors through shared memory that dies with this process
-    return {"losses": losses, "params": {k: v.numpy() for k, v in full_params(modules).items()}, "held": held,
-            "norm_tokens": sorted(tokens)}
+    return {
+        "losses": losses,
+        "params": {k: v.numpy() for k, v in full_params(modules).items()},
+        "held": held,
+        "norm_tokens": sorted(tokens),
+    }
 
 
 def _norm_tokens(modules: list[torch.nn.Module]) -> set[int]:

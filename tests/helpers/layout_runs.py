@@ -17,15 +17,29 @@ from tests.helpers.cli import cli
 from tests.helpers.run_outputs import assert_params, final_params, metrics, sample_ids
 from tests.helpers.trainer_runs import gpt_args
 
-EVERY_STEP = ["--set", "logging.every_steps=1", "training.val_every=5", "schedule.decay=constant",
-              "logging.record_samples=true"]
+EVERY_STEP = [
+    "--set",
+    "logging.every_steps=1",
+    "training.val_every=5",
+    "schedule.decay=constant",
+    "logging.record_samples=true",
+]
 """A row of metrics at every step, validation every 5, the learning rate constant, sample ids recorded."""
 
 
 def train(run: Path, corpus: Path, steps: int, *extra: str, procs: int = 1) -> None:
     """Train the GPT into ``run`` up to ``steps`` on ``procs`` processes; ``extra`` are more arguments."""
-    proc = cli("train", *gpt_args(corpus), *EVERY_STEP, "--set", f"run.dir={run}", f"training.steps={steps}", *extra,
-               "--nproc-per-node", str(procs))
+    proc = cli(
+        "train",
+        *gpt_args(corpus),
+        *EVERY_STEP,
+        "--set",
+        f"run.dir={run}",
+        f"training.steps={steps}",
+        *extra,
+        "--nproc-per-node",
+        str(procs),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

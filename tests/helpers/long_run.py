@@ -25,8 +25,13 @@ LONG = [*BASE, "--set", f"training.steps={STEPS}", "logging.every_steps=50", "ch
 def start(run: Path, *extra: str) -> subprocess.Popen[str]:
     """``neural-arch train`` of ``LONG`` into ``run``, started and left running (pipes for its output)."""
     cmd = [sys.executable, "-m", "neural_arch.cli", "train", *LONG, "--set", f"run.dir={run}", *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"))
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"),
+    )
 
 
 def wait_for_rows(run: Path, rows: int, proc: Optional[subprocess.Popen[str]] = None, timeout: float = 120) -> None:

@@ -53,9 +53,7 @@ def _child(fn: Callable[..., Any], rank: int, world_size: int, port: int, args: 
             dist.destroy_process_group()
 
 
-def run_ranks(
-    fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), timeout: float = 90.0
-) -> list[Any]:
+def run_ranks(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), timeout: float = 90.0) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; results in rank order."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

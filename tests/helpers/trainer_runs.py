@@ -18,13 +18,34 @@ from tests.helpers.paths import SCRIPTS
 FAULT = str(SCRIPTS / "train_fault.py")
 """``train_fault.py MODE STEP ARGS``: a training run that SIGKILLs rank 1 after STEP, or rank 0
 half-way through writing STEP's checkpoint, on the first attempt only."""
-COMMON = ["--set", "training.precision=fp64", "--set", "logging.progress=false", "--set", "logging.tensorboard=false",
-          "--set", "checkpoint.every_steps=4", "--set", "schedule.warmup_steps=3", "--set", "training.timeout=60"]
+COMMON = [
+    "--set",
+    "training.precision=fp64",
+    "--set",
+    "logging.progress=false",
+    "--set",
+    "logging.tensorboard=false",
+    "--set",
+    "checkpoint.every_steps=4",
+    "--set",
+    "schedule.warmup_steps=3",
+    "--set",
+    "training.timeout=60",
+]
 """Every run: float64 (so only summation order differs across world sizes), quiet, a checkpoint every 4 steps."""
 # 101 training samples / global batch 12: every epoch ends with a 5-sample batch; 25
 # validation samples are not divisible by 3 ranks.
-BASE = [*COMMON, "--set", "data.num_samples=101", "--set", "data.val_samples=25", "--set", "training.global_batch_size=12",
-        "--set", "model.hidden=8"]
+BASE = [
+    *COMMON,
+    "--set",
+    "data.num_samples=101",
+    "--set",
+    "data.val_samples=25",
+    "--set",
+    "training.global_batch_size=12",
+    "--set",
+    "model.hidden=8",
+]
 """The regression MLP's run (the default task)."""
 
 
@@ -32,15 +53,37 @@ def gpt_args(corpus: Path) -> list[str]:
     """A tiny GPT (d_model 16, 2 blocks, context 16), Adam; 27 windows per epoch in batches of 6,
     so an epoch is 5 steps ending with 3 samples (2 + 1 on two ranks, 1 + 1 + 1 on three).
     ``corpus`` is ``make_corpus(root)`` (tests.helpers.gpt_corpus)."""
-    return [*COMMON, "--set", "run.task=gpt", "model.d_model=16", "model.n_layers=2", "model.n_heads=2",
-            "model.mlp_ratio=2", f"model.context={CONTEXT}", f"data.val_fraction={VAL_FRACTION}",
-            f"data.source={corpus.parent / 'src'}", f"data.path={corpus}", "data.samples_per_epoch=27",
-            "training.global_batch_size=6", "optim.name=adam", "optim.lr=0.003"]
+    return [
+        *COMMON,
+        "--set",
+        "run.task=gpt",
+        "model.d_model=16",
+        "model.n_layers=2",
+        "model.n_heads=2",
+        "model.mlp_ratio=2",
+        f"model.context={CONTEXT}",
+        f"data.val_fraction={VAL_FRACTION}",
+        f"data.source={corpus.parent / 'src'}",
+        f"data.path={corpus}",
+        "data.samples_per_epoch=27",
+        "training.global_batch_size=6",
+        "optim.name=adam",
+        "optim.lr=0.003",
+    ]
 
 
 def launch_fault(mode: str, step: int, ranks: int, *args: str) -> subprocess.CompletedProcess[str]:
     """``train_fault.py`` on ``ranks`` processes under the launcher (``--max_restarts=1``);
     ``mode`` is ``none`` (no fault), ``kill`` or ``ckpt`` (see the script)."""
-    cmd = [sys.executable, "-m", "neural_arch.distributed.launcher", f"--nproc_per_node={ranks}", "--max_restarts=1",
-           FAULT, mode, str(step), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "neural_arch.distributed.launcher",
+        f"--nproc_per_node={ranks}",
+        "--max_restarts=1",
+        FAULT,
+        mode,
+        str(step),
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"))

@@ -60,7 +60,7 @@ def test_the_scope_restores_module_call_even_on_error_and_nests():
             with checkpoint_scope() as inner:
                 tiny_gpt()(torch.zeros(1, 4, dtype=torch.long))
                 assert len(inner.segments) == 7  # the outer scope's record: counted once
-                1 / 0
+                raise ZeroDivisionError  # leaves both scopes by an exception
     assert nn.Module.__call__ is original
     assert gradient_checkpointing.checkpoint_scope is checkpoint_scope
 

@@ -16,7 +16,14 @@ import time
 
 import torch
 
-from neural_arch.distributed import detect_cluster_env, all_reduce, destroy_process_group, get_rank, get_world_size, init_process_group
+from neural_arch.distributed import (
+    all_reduce,
+    destroy_process_group,
+    detect_cluster_env,
+    get_rank,
+    get_world_size,
+    init_process_group,
+)
 
 out_dir, mode = sys.argv[1], sys.argv[2]
 init_process_group()
@@ -38,9 +45,28 @@ if mode == "fail1" and rank == 1:
 total = all_reduce(torch.tensor([float(rank)])).item()
 for _ in range(3):
     all_reduce(torch.ones(4))
-keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-        "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID"]
-record = {"source": detect_cluster_env().source, "rank": rank, "world": world, "sum": total, "env": {k: os.environ.get(k) for k in keys}, "argv": sys.argv[3:]}
+keys = [
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+]
+record = {
+    "source": detect_cluster_env().source,
+    "rank": rank,
+    "world": world,
+    "sum": total,
+    "env": {k: os.environ.get(k) for k in keys},
+    "argv": sys.argv[3:],
+}
 with open(os.path.join(out_dir, f"rank_{rank}_attempt_{attempt}.json"), "w") as f:
     json.dump(record, f)
 destroy_process_group()

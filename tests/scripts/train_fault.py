@@ -14,8 +14,8 @@ import sys
 import torch
 
 import neural_arch.distributed.checkpoint.replicated as checkpoint
-from neural_arch.distributed import get_rank
 from neural_arch.cli.train import build_parser
+from neural_arch.distributed import get_rank
 from neural_arch.training.config import load_config
 from neural_arch.training.trainer import train
 

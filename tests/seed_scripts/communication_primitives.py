@@ -1,8 +1,16 @@
 # Seed 004 "Communication Primitives", verbatim after the one import line the snippet assumes.
-from neural_arch.distributed import init_process_group, get_world_size, reduce_scatter  # assumed by the seed
-from neural_arch.distributed import all_reduce, all_gather, broadcast, ReduceOp
-from neural_arch.core.tensor import Tensor
 import numpy as np
+
+from neural_arch.core.tensor import Tensor
+from neural_arch.distributed import (  # assumed by the seed
+    ReduceOp,
+    all_gather,
+    all_reduce,
+    broadcast,
+    get_world_size,
+    init_process_group,
+    reduce_scatter,
+)
 
 # Initialize process group first
 init_process_group(backend="gloo")

@@ -2,18 +2,20 @@
 #!/usr/bin/env python3
 """Distributed training script template."""
 
-import os
-from neural_arch.distributed import (
-    init_process_group, destroy_process_group,
-    DistributedDataParallel, DistributedSampler,
-    get_world_size, get_rank
-)
-
 # --- filled in for the test: a tiny model, dataset, loss and optimizer (not in the seed) ---
 import hashlib
 
 import torch
 from torch import nn
+
+from neural_arch.distributed import (
+    DistributedDataParallel,
+    DistributedSampler,
+    destroy_process_group,
+    get_rank,
+    get_world_size,
+    init_process_group,
+)
 
 torch.manual_seed(0)
 num_epochs = 2
@@ -30,46 +32,49 @@ class MyModel(nn.Module):
 
     def forward(self, x):
         return self.net(x)
+
+
 # --- end of fill-in ---
+
 
 def main():
     # Initialize distributed training (CPU backend recommended)
     init_process_group(backend="gloo")  # Use "nccl" only if CuPy installed
-    
+
     world_size = get_world_size()
     rank = get_rank()
-    
+
     print(f"Process {rank}/{world_size}")
-    
+
     # Create model (device handling simplified for CPU)
     model = MyModel()
     model = DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)  # filled in
-    
+
     # Create distributed dataset sampler
     sampler = DistributedSampler(
         dataset_size=len(dataset),  # Pass size, not dataset
         num_replicas=world_size,
-        rank=rank
+        rank=rank,
     )
-    
+
     # Training loop
     for epoch in range(num_epochs):
         sampler.set_epoch(epoch)
-        
+
         for idx in sampler:
             batch = dataset[idx]  # Load data at sampled index
-            
+
             # Forward pass
             output = model(batch)
             loss = criterion(output, targets)
-            
+
             # Backward pass with MANUAL gradient sync
             loss.backward()
             model.sync_gradients()  # Required - auto sync not implemented
             optimizer.step()
             optimizer.zero_grad()
-    
+
     # filled in: every rank must end with the same weights
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     print(f"rank {rank} weights {hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]}", flush=True)
@@ -78,6 +83,7 @@ def main():
 
     # Cleanup
     destroy_process_group()
+
 
 if __name__ == "__main__":
     main()

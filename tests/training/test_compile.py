@@ -39,15 +39,26 @@ def test_compile_with_a_parallel_layout_is_one_line():
 @pytest.mark.timeout(900)  # inductor compiles C++ on each rank: minutes on 2 busy cores with a cold cache
 def test_compiled_run_on_2_ranks_matches_eager_on_one(tmp_path):
     # compiled blocks under our DDP wrapper (2 gloo ranks) against the eager single process
-    base = ["training.steps=6", "training.global_batch_size=8", "data.num_samples=48", "data.val_samples=8",
-            "model.hidden=8", "training.precision=fp32", "logging.every_steps=1", "logging.progress=false",
-            "logging.tensorboard=false", "checkpoint.every_steps=0"]
+    base = [
+        "training.steps=6",
+        "training.global_batch_size=8",
+        "data.num_samples=48",
+        "data.val_samples=8",
+        "model.hidden=8",
+        "training.precision=fp32",
+        "logging.every_steps=1",
+        "logging.progress=false",
+        "logging.tensorboard=false",
+        "checkpoint.every_steps=0",
+    ]
     train(load_config(None, [*base, f"run.dir={tmp_path / 'eager'}"]))
     sets = (arg for o in [*base, f"run.dir={tmp_path / 'compiled'}", "training.compile=true"] for arg in ("--set", o))
     proc = cli("train", *sets, "--nproc-per-node", "2", timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    losses = {mode: [row["train/loss"] for row in metrics(tmp_path / mode) if "train/loss" in row]
-              for mode in ("eager", "compiled")}
+    losses = {
+        mode: [row["train/loss"] for row in metrics(tmp_path / mode) if "train/loss" in row]
+        for mode in ("eager", "compiled")
+    }
     assert len(losses["eager"]) == 6
     np.testing.assert_allclose(losses["compiled"], losses["eager"], rtol=1e-5, atol=1e-6)
     eager, compiled = final_params(tmp_path / "eager"), final_params(tmp_path / "compiled")

@@ -22,8 +22,16 @@ from tests.helpers.trainer_runs import BASE, launch_fault
 
 STEPS = ["--set", "training.steps=20", "--set", "schedule.decay=constant"]
 COMPRESSED = {
-    "powersgd": ["--set", "ddp.compression=powersgd", "--set", "ddp.powersgd_rank=1",
-                 "--set", "ddp.powersgd_warmup_steps=2", "--set", "ddp.bucket_mb=0.0005"],
+    "powersgd": [
+        "--set",
+        "ddp.compression=powersgd",
+        "--set",
+        "ddp.powersgd_rank=1",
+        "--set",
+        "ddp.powersgd_warmup_steps=2",
+        "--set",
+        "ddp.bucket_mb=0.0005",
+    ],
 }
 # bf16/fp16 keep no state between steps: their resume is the uncompressed one (test_trainer.py),
 # and that they differ from the exact run is checked on gradients in test_compression.py.
@@ -51,13 +59,16 @@ def test_killed_compressed_run_resumes_bitwise(tmp_path, name):
         assert "PowerSGD state does not fit this run (world_size 2 -> 3)" in more.stdout, more.stdout
 
 
-@pytest.mark.parametrize("override, message", [
-    ("ddp.compression=zip", "ddp.compression: got 'zip'"),
-    ("ddp.powersgd_rank=0", "ddp.powersgd_rank=0 is out of range"),
-    ("ddp.powersgd_warmup_steps=1", "ddp.powersgd_warmup_steps=1 is out of range: must be >= 2"),
-    ("ddp.bucket_mb=-1", "ddp.bucket_mb=-1.0 is out of range"),
-    ("ddp.compresion=bf16", "did you mean 'ddp.compression'"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("ddp.compression=zip", "ddp.compression: got 'zip'"),
+        ("ddp.powersgd_rank=0", "ddp.powersgd_rank=0 is out of range"),
+        ("ddp.powersgd_warmup_steps=1", "ddp.powersgd_warmup_steps=1 is out of range: must be >= 2"),
+        ("ddp.bucket_mb=-1", "ddp.bucket_mb=-1.0 is out of range"),
+        ("ddp.compresion=bf16", "did you mean 'ddp.compression'"),
+    ],
+)
 def test_bad_ddp_values(override, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_config(None, [override])
@@ -66,8 +77,16 @@ def test_bad_ddp_values(override, message):
 
 @pytest.mark.multiprocess
 def test_compression_with_a_parallel_layout_exits_2():
-    proc = cli("train", "--set", "ddp.compression=powersgd", "--set", "parallel.dp_shard=2", "--nproc-per-node", "2",
-               timeout=60)
+    proc = cli(
+        "train",
+        "--set",
+        "ddp.compression=powersgd",
+        "--set",
+        "parallel.dp_shard=2",
+        "--nproc-per-node",
+        "2",
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "ddp.compression=powersgd with a parallel: layout" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -15,7 +15,13 @@ import pytest
 import yaml
 
 from neural_arch.training.config import (
-    Config, ConfigError, config_to_dict, load_config, save_config, section_types, validate_config,
+    Config,
+    ConfigError,
+    config_to_dict,
+    load_config,
+    save_config,
+    section_types,
+    validate_config,
 )
 from neural_arch.training.registry import known_tasks, task_class
 
@@ -60,10 +66,18 @@ def test_file_overrides_defaults_and_set_overrides_file(tmp_path):
 
 
 def test_override_values_are_parsed_as_yaml():
-    cfg = load_config(overrides=[
-        "training.distributed=true", "optim.betas=[0.8, 0.99]", "optim.lr=1e-3", "optim.weight_decay=1",
-        "training.grad_clip=2", "run.name=2024", "data.path=null", "checkpoint.resume=none",
-    ])
+    cfg = load_config(
+        overrides=[
+            "training.distributed=true",
+            "optim.betas=[0.8, 0.99]",
+            "optim.lr=1e-3",
+            "optim.weight_decay=1",
+            "training.grad_clip=2",
+            "run.name=2024",
+            "data.path=null",
+            "checkpoint.resume=none",
+        ]
+    )
     assert cfg.training.distributed is True
     assert cfg.optim.betas == (0.8, 0.99)
     assert cfg.optim.lr == 0.001  # PyYAML reads 1e-3 as text; it is still a float here
@@ -75,11 +89,20 @@ def test_override_values_are_parsed_as_yaml():
 
 def test_round_trip_save_load_is_equal(tmp_path):
     data_file = write(tmp_path, "x", "data.bin")
-    cfg = load_config(overrides=[
-        "run.name=rt", "optim.name=adamw", "optim.betas=[0.85, 0.95]", "optim.lr=0.003",
-        "training.grad_clip=0.5", "training.precision=bf16", "schedule.decay=constant",
-        "data.name=file", f"data.path={data_file}", "logging.tensorboard=false",
-    ])
+    cfg = load_config(
+        overrides=[
+            "run.name=rt",
+            "optim.name=adamw",
+            "optim.betas=[0.85, 0.95]",
+            "optim.lr=0.003",
+            "training.grad_clip=0.5",
+            "training.precision=bf16",
+            "schedule.decay=constant",
+            "data.name=file",
+            f"data.path={data_file}",
+            "logging.tensorboard=false",
+        ]
+    )
     assert cfg != Config()
     plain = config_to_dict(cfg)
     assert plain["optim"]["betas"] == [0.85, 0.95] and type(plain["optim"]["betas"]) is list
@@ -116,20 +139,50 @@ BAD = [  # id, YAML text (or None), overrides, world_size, substrings the messag
     ("momentum-above-1", None, ["optim.momentum=1.5"], None, ["optim.momentum=1.5", "between 0 and 1"]),
     ("zero-steps", None, ["training.steps=0"], None, ["training.steps=0", ">= 1"]),
     ("zero-grad-clip", None, ["training.grad_clip=0"], None, ["training.grad_clip=0", "> 0"]),
-    ("literal-not-a-choice", None, ["training.precision=fp8"], None,
-     ["training.precision", "'fp8'", "'fp32', 'fp64', 'bf16', 'fp16'"]),
+    (
+        "literal-not-a-choice",
+        None,
+        ["training.precision=fp8"],
+        None,
+        ["training.precision", "'fp8'", "'fp32', 'fp64', 'bf16', 'fp16'"],
+    ),
     ("literal-did-you-mean", None, ["optim.name=adamm"], None, ["optim.name", "'adamm'", "did you mean 'adam'"]),
-    ("batch-vs-world-size", None, ["training.global_batch_size=10"], 3,
-     ["training.global_batch_size=10 is not divisible by world size 3 x grad_accum_steps 1; use a multiple of 3"]),
-    ("batch-vs-nproc", None, ["training.global_batch_size=10", "training.distributed=true",
-                              "training.nproc_per_node=3"], None, ["training.global_batch_size=10", "world size 3"]),
-    ("batch-vs-world-x-accum", None, ["training.global_batch_size=12", "training.grad_accum_steps=2"], 4,
-     ["training.global_batch_size=12", "world size 4 x grad_accum_steps 2", "multiple of 8"]),
-    ("grad-accum-not-dividing", None, ["training.global_batch_size=10", "training.grad_accum_steps=3"], None,
-     ["training.global_batch_size=10", "training.grad_accum_steps=3", "multiple of 3"]),
+    (
+        "batch-vs-world-size",
+        None,
+        ["training.global_batch_size=10"],
+        3,
+        ["training.global_batch_size=10 is not divisible by world size 3 x grad_accum_steps 1; use a multiple of 3"],
+    ),
+    (
+        "batch-vs-nproc",
+        None,
+        ["training.global_batch_size=10", "training.distributed=true", "training.nproc_per_node=3"],
+        None,
+        ["training.global_batch_size=10", "world size 3"],
+    ),
+    (
+        "batch-vs-world-x-accum",
+        None,
+        ["training.global_batch_size=12", "training.grad_accum_steps=2"],
+        4,
+        ["training.global_batch_size=12", "world size 4 x grad_accum_steps 2", "multiple of 8"],
+    ),
+    (
+        "grad-accum-not-dividing",
+        None,
+        ["training.global_batch_size=10", "training.grad_accum_steps=3"],
+        None,
+        ["training.global_batch_size=10", "training.grad_accum_steps=3", "multiple of 3"],
+    ),
     ("file-data-without-path", None, ["data.name=file"], None, ["data.path=null", "--set data.path="]),
-    ("file-data-missing-path", None, ["data.name=file", "data.path=/nonexistent/ice.zarr"], None,
-     ["data.path='/nonexistent/ice.zarr'", "does not exist"]),
+    (
+        "file-data-missing-path",
+        None,
+        ["data.name=file", "data.path=/nonexistent/ice.zarr"],
+        None,
+        ["data.path='/nonexistent/ice.zarr'", "does not exist"],
+    ),
     ("malformed-override", None, ["optim.lr"], None, ["'optim.lr'", "section.key=value"]),
     ("override-without-section", None, ["steps=5"], None, ["'steps=5'", "section.key=value"]),
     ("override-too-deep", None, ["optim.lr.x=1"], None, ["optim.lr.x", "did you mean 'optim.lr'"]),
@@ -139,20 +192,50 @@ BAD = [  # id, YAML text (or None), overrides, world_size, substrings the messag
     ("tuple-out-of-range", None, ["optim.betas=[0.9, 1.0]"], None, ["optim.betas=[0.9, 1.0]", "[0, 1)"]),
     ("section-not-mapping", "training: 5\n", [], None, ["training", "5", "mapping"]),
     ("top-level-not-mapping", "- a\n- b\n", [], None, ["cfg.yaml", "['a', 'b']", "mapping"]),
-    ("unknown-task", None, ["run.task=icenett"], None,
-     ["run.task='icenett'", "did you mean 'icenet'", "installed tasks: gpt, icenet, regression", "entry point",
-      "module:TaskClass"]),
+    (
+        "unknown-task",
+        None,
+        ["run.task=icenett"],
+        None,
+        [
+            "run.task='icenett'",
+            "did you mean 'icenet'",
+            "installed tasks: gpt, icenet, regression",
+            "entry point",
+            "module:TaskClass",
+        ],
+    ),
     ("task-module-missing", None, ["run.task=no_such_pkg.tasks:Mine"], None, ["'no_such_pkg.tasks'", "PYTHONPATH"]),
     ("task-not-a-task", None, ["run.task=pathlib:Path"], None, ["pathlib:Path", "not a subclass", "Task"]),
-    ("key-of-another-task", None, ["run.task=icenet", "model.hidden=3"], None,
-     ["unknown key 'model.hidden'", "known keys: widths, dropout"]),
-    ("key-of-another-task-in-file", "run:\n  task: icenet\ndata:\n  path: x\n  num_samples: 3\n", [], None,
-     ["unknown key 'data.num_samples'"]),
+    (
+        "key-of-another-task",
+        None,
+        ["run.task=icenet", "model.hidden=3"],
+        None,
+        ["unknown key 'model.hidden'", "known keys: widths, dropout"],
+    ),
+    (
+        "key-of-another-task-in-file",
+        "run:\n  task: icenet\ndata:\n  path: x\n  num_samples: 3\n",
+        [],
+        None,
+        ["unknown key 'data.num_samples'"],
+    ),
     ("icenet-without-path", None, ["run.task=icenet"], None, ["data.path=null", "create-data"]),
-    ("icenet-val-years", None, ["run.task=icenet", "data.path=x", "data.val_years=25"], None,
-     ["data.val_years=25", "data.years=25"]),
-    ("pipeline-too-few-microbatches", None, ["run.task=gpt", "parallel.pp=2", "parallel.microbatches=1"], 2,
-     ["parallel.microbatches=1 is less than pp=2", "set microbatches >= 2"]),
+    (
+        "icenet-val-years",
+        None,
+        ["run.task=icenet", "data.path=x", "data.val_years=25"],
+        None,
+        ["data.val_years=25", "data.years=25"],
+    ),
+    (
+        "pipeline-too-few-microbatches",
+        None,
+        ["run.task=gpt", "parallel.pp=2", "parallel.microbatches=1"],
+        2,
+        ["parallel.microbatches=1 is less than pp=2", "set microbatches >= 2"],
+    ),
     ("yaml-syntax-error", "training:\n  steps: [1, 2\nmodel: {}\n", [], None, ["cfg.yaml:3", "invalid YAML"]),
 ]
 
@@ -210,9 +293,12 @@ def test_every_field_has_a_docstring(task):
         body = ast.parse(inspect.getsource(inspect.getmodule(cls))).body
         body = next(n.body for n in body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
         documented = {
-            stmt.target.id for stmt, nxt in zip(body, body[1:] + [None])
-            if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)
+            stmt.target.id
+            for stmt, nxt in zip(body, body[1:] + [None])
+            if isinstance(stmt, ast.AnnAssign)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
         }
         assert documented == {f.name for f in dataclasses.fields(cls)}, cls.__name__
 

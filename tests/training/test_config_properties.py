@@ -22,28 +22,54 @@ unit = st.floats(0, 1)
 positive = st.floats(1e-6, 1e6)
 # Valid values: key -> strategy (cross-field rules kept: the batch is a multiple of grad_accum_steps).
 VALID = {
-    "run.name": words, "run.dir": words, "run.seed": st.integers(0, 2**31 - 1),
-    "optim.name": st.sampled_from(["sgd", "adam", "adamw"]), "optim.lr": positive, "optim.momentum": unit,
-    "optim.weight_decay": st.floats(0, 10), "optim.betas": st.tuples(st.floats(0, 0.999), st.floats(0, 0.999)),
-    "schedule.warmup_steps": st.integers(0, 1000), "schedule.decay": st.sampled_from(["cosine", "constant"]),
-    "schedule.min_lr_ratio": unit, "training.steps": st.integers(1, 10**6), "training.max_restarts": st.integers(0, 9),
-    "training.precision": st.sampled_from(["fp32", "fp64", "bf16", "fp16"]), "training.timeout": positive,
-    "training.grad_clip": st.none() | positive, "training.nan_policy": st.sampled_from(["stop", "skip"]),
-    "checkpoint.every_steps": st.integers(0, 1000), "checkpoint.keep_last": st.integers(1, 20),
-    "checkpoint.format": st.sampled_from(["full", "sharded"]), "logging.every_steps": st.integers(1, 100),
-    "logging.progress": st.booleans(), "logging.record_samples": st.booleans(),
+    "run.name": words,
+    "run.dir": words,
+    "run.seed": st.integers(0, 2**31 - 1),
+    "optim.name": st.sampled_from(["sgd", "adam", "adamw"]),
+    "optim.lr": positive,
+    "optim.momentum": unit,
+    "optim.weight_decay": st.floats(0, 10),
+    "optim.betas": st.tuples(st.floats(0, 0.999), st.floats(0, 0.999)),
+    "schedule.warmup_steps": st.integers(0, 1000),
+    "schedule.decay": st.sampled_from(["cosine", "constant"]),
+    "schedule.min_lr_ratio": unit,
+    "training.steps": st.integers(1, 10**6),
+    "training.max_restarts": st.integers(0, 9),
+    "training.precision": st.sampled_from(["fp32", "fp64", "bf16", "fp16"]),
+    "training.timeout": positive,
+    "training.grad_clip": st.none() | positive,
+    "training.nan_policy": st.sampled_from(["stop", "skip"]),
+    "checkpoint.every_steps": st.integers(0, 1000),
+    "checkpoint.keep_last": st.integers(1, 20),
+    "checkpoint.format": st.sampled_from(["full", "sharded"]),
+    "logging.every_steps": st.integers(1, 100),
+    "logging.progress": st.booleans(),
+    "logging.record_samples": st.booleans(),
 }
 # Out of range: key -> strategy of values of the right type that the key's rule refuses.
 OUT_OF_RANGE = {
-    "optim.lr": st.floats(-1e6, 0), "optim.momentum": st.floats(1.0001, 1e6) | st.floats(-1e6, -1e-9),
-    "optim.weight_decay": st.floats(-1e6, -1e-9), "schedule.warmup_steps": st.integers(-10**6, -1),
-    "schedule.min_lr_ratio": st.floats(1.0001, 1e6), "training.steps": st.integers(-10**6, 0),
-    "training.global_batch_size": st.integers(-10**6, 0), "training.timeout": st.floats(-1e6, 0),
-    "training.grad_clip": st.floats(-1e6, 0), "checkpoint.keep_last": st.integers(-10**6, 0),
-    "logging.every_steps": st.integers(-10**6, 0), "training.max_restarts": st.integers(-10**6, -1),
+    "optim.lr": st.floats(-1e6, 0),
+    "optim.momentum": st.floats(1.0001, 1e6) | st.floats(-1e6, -1e-9),
+    "optim.weight_decay": st.floats(-1e6, -1e-9),
+    "schedule.warmup_steps": st.integers(-(10**6), -1),
+    "schedule.min_lr_ratio": st.floats(1.0001, 1e6),
+    "training.steps": st.integers(-(10**6), 0),
+    "training.global_batch_size": st.integers(-(10**6), 0),
+    "training.timeout": st.floats(-1e6, 0),
+    "training.grad_clip": st.floats(-1e6, 0),
+    "checkpoint.keep_last": st.integers(-(10**6), 0),
+    "logging.every_steps": st.integers(-(10**6), 0),
+    "training.max_restarts": st.integers(-(10**6), -1),
 }
-INT_KEYS = ["run.seed", "schedule.warmup_steps", "training.steps", "training.max_restarts", "checkpoint.every_steps",
-            "checkpoint.keep_last", "logging.every_steps"]
+INT_KEYS = [
+    "run.seed",
+    "schedule.warmup_steps",
+    "training.steps",
+    "training.max_restarts",
+    "checkpoint.every_steps",
+    "checkpoint.keep_last",
+    "logging.every_steps",
+]
 
 
 def as_text(value) -> str:
@@ -95,8 +121,10 @@ def test_wrong_type_is_one_line_naming_the_key(key, text):
 
 
 @PROPERTY
-@given(st.sampled_from(["run", "optim", "schedule", "training", "checkpoint", "logging"]),
-       st.from_regex(r"[a-z][a-z_]{0,12}", fullmatch=True))
+@given(
+    st.sampled_from(["run", "optim", "schedule", "training", "checkpoint", "logging"]),
+    st.from_regex(r"[a-z][a-z_]{0,12}", fullmatch=True),
+)
 def test_unknown_key_is_one_line_naming_it(section, name):
     fields = {f.name for f in dataclasses.fields(typing.get_type_hints(Config)[section])}
     if name in fields:

@@ -42,15 +42,20 @@ class ToyDataConfig:
 class ToyTask(Task):
     """y = x @ w + 0.5 plus noise, fitted by a linear layer; metric: validation MSE."""
 
-    SECTIONS = AppSections(model=ToyModelConfig, data=ToyDataConfig,
-                           ranges={"data.samples": at_least(2), "data.features": at_least(1)})
+    SECTIONS = AppSections(
+        model=ToyModelConfig, data=ToyDataConfig, ranges={"data.samples": at_least(2), "data.features": at_least(1)}
+    )
 
     def __init__(self, cfg):
         self.cfg = cfg
         g = torch.Generator().manual_seed(cfg.run.seed)
         n, f = cfg.data.samples, cfg.data.features
         x = torch.randn(n + n // 4, f, generator=g, dtype=torch.float64)
-        y = x @ torch.arange(1.0, f + 1, dtype=torch.float64) + 0.5 + 0.1 * torch.randn(len(x), generator=g, dtype=torch.float64)
+        y = (
+            x @ torch.arange(1.0, f + 1, dtype=torch.float64)
+            + 0.5
+            + 0.1 * torch.randn(len(x), generator=g, dtype=torch.float64)
+        )
         self.x, self.y = {"train": x[:n], "val": x[n:]}, {"train": y[:n], "val": y[n:]}
         self.train_size, self.val_size = n, len(x) - n
 
@@ -74,8 +79,15 @@ class ToyTask(Task):
 
 register_task("toy", ToyTask)
 
-SETTINGS = ["training.steps=12", "training.global_batch_size=8", "optim.lr=0.05", "logging.progress=false",
-            "logging.tensorboard=false", "checkpoint.every_steps=0", "data.samples=44"]
+SETTINGS = [
+    "training.steps=12",
+    "training.global_batch_size=8",
+    "optim.lr=0.05",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+    "checkpoint.every_steps=0",
+    "data.samples=44",
+]
 
 
 def final_weights(run_dir: Path) -> dict:
@@ -91,7 +103,9 @@ def test_registered_task_trains_in_process_and_learns(tmp_path):
     first = ToyTask(cfg)
     model = first.build_model()
     with torch.no_grad():
-        before = float(first.finalize(first.eval_sums(model, first.batch("val", torch.arange(first.val_size), "cpu")))["val/loss"])
+        before = float(
+            first.finalize(first.eval_sums(model, first.batch("val", torch.arange(first.val_size), "cpu")))["val/loss"]
+        )
     final = train(cfg, resume="none")
     assert final["val/loss"] < 0.1 * before, (before, final)
 
@@ -111,11 +125,23 @@ def test_neural_arch_train_on_two_processes_equals_one(tmp_path):
     runs = {}
     for procs in (1, 2):
         run_dir = tmp_path / f"procs{procs}"
-        proc = cli("train", "--nproc-per-node", str(procs), "--set", task, f"run.dir={run_dir}", *SETTINGS,
-                   timeout=200, cwd=REPO, env={"PYTHONPATH": str(REPO)})
+        proc = cli(
+            "train",
+            "--nproc-per-node",
+            str(procs),
+            "--set",
+            task,
+            f"run.dir={run_dir}",
+            *SETTINGS,
+            timeout=200,
+            cwd=REPO,
+            env={"PYTHONPATH": str(REPO)},
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert f"on {procs} process(es)" in proc.stdout
         runs[procs] = final_weights(run_dir)
     for name, one in runs[1].items():
         torch.testing.assert_close(runs[2][name], one, rtol=0, atol=1e-12)
-    assert not torch.equal(runs[1]["weight"], ToyTask(load_config(None, ["run.task=toy", *SETTINGS])).build_model().weight.detach())
+    assert not torch.equal(
+        runs[1]["weight"], ToyTask(load_config(None, ["run.task=toy", *SETTINGS])).build_model().weight.detach()
+    )

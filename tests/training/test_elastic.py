@@ -28,14 +28,37 @@ from tests.helpers.trainer_runs import BASE
 
 PACED = str(Path(__file__).resolve().parents[1] / "scripts" / "train_paced.py")
 STEPS = 16
-ARGS = [*BASE, "--set", f"training.steps={STEPS}", "--set", "schedule.decay=constant",
-        "--set", "logging.record_samples=true", "--set", "training.timeout=30"]
+ARGS = [
+    *BASE,
+    "--set",
+    f"training.steps={STEPS}",
+    "--set",
+    "schedule.decay=constant",
+    "--set",
+    "logging.record_samples=true",
+    "--set",
+    "training.timeout=30",
+]
 
 
 def _node(port: int, run: Path, log: Path, gate: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "neural_arch.distributed.launcher", "--nnodes=1:2", "--nproc_per_node=1",
-           "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=elastic-test",
-           "--rdzv_conf=last_call_timeout=1", "--max_restarts=3", PACED, str(gate), *ARGS, "--set", f"run.dir={run}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "neural_arch.distributed.launcher",
+        "--nnodes=1:2",
+        "--nproc_per_node=1",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint=127.0.0.1:{port}",
+        "--rdzv_id=elastic-test",
+        "--rdzv_conf=last_call_timeout=1",
+        "--max_restarts=3",
+        PACED,
+        str(gate),
+        *ARGS,
+        "--set",
+        f"run.dir={run}",
+    ]
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -55,8 +78,11 @@ def _wait(what: str, check, timeout: float = 120) -> None:
 def _starts(run: Path) -> list[str]:
     """Rank 0's 'start: world W, step S ...' lines, one per attempt, oldest first (whichever node held rank 0)."""
     log = run / "logs" / "rank_0.log"
-    return [line.split("start: ", 1)[1] for line in (log.read_text().splitlines() if log.exists() else ())
-            if "start: world" in line]
+    return [
+        line.split("start: ", 1)[1]
+        for line in (log.read_text().splitlines() if log.exists() else ())
+        if "start: world" in line
+    ]
 
 
 def _kill_node(agent: subprocess.Popen) -> None:

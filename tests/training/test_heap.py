@@ -15,8 +15,15 @@ from neural_arch.training.config import load_config
 from neural_arch.training.heap import frozen_heap
 from neural_arch.training.trainer import train
 
-BASE = ["training.steps=6", "data.num_samples=48", "data.val_samples=8", "model.hidden=8", "logging.progress=false",
-        "logging.tensorboard=false", "checkpoint.every_steps=0"]
+BASE = [
+    "training.steps=6",
+    "data.num_samples=48",
+    "data.val_samples=8",
+    "model.hidden=8",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+    "checkpoint.every_steps=0",
+]
 
 
 def test_frozen_heap_freezes_what_exists_and_unfreezes_on_error():
@@ -44,7 +51,10 @@ def test_a_callers_own_freeze_is_left_frozen():
 
 def test_train_freezes_set_up_during_the_loop_only(tmp_path):
     counts: list[int] = []
-    train(load_config(None, [*BASE, f"run.dir={tmp_path / 'ok'}"]), on_step=lambda step: counts.append(gc.get_freeze_count()))
+    train(
+        load_config(None, [*BASE, f"run.dir={tmp_path / 'ok'}"]),
+        on_step=lambda step: counts.append(gc.get_freeze_count()),
+    )
     assert len(counts) == 6 and min(counts) > 1000 and gc.get_freeze_count() == 0
 
     def fail(step: int) -> None:

@@ -41,16 +41,20 @@ def reference(corpus, tmp_path_factory) -> Path:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("layout", [
-    ["parallel.dp_shard=2"],                                     # FSDP2 (ZeRO-3)
-    ["parallel.tp=2"],                                           # tensor parallel: heads split
-    ["parallel.dp_shard=2", "parallel.activation_checkpointing=1", "parallel.reshard_after_forward=false"],
-    ["parallel.dp_shard=2", "parallel.tp=2"],                    # 2-D: FSDP over tensor-parallel shards, 4 ranks
-    ["parallel.dp_replicate=2", "parallel.dp_shard=2", BATCH_8],  # HSDP: 2 replicas of a 2-way shard, 4 ranks
-    ["parallel.pp=2", "parallel.microbatches=2", "parallel.pp_schedule=gpipe"],  # 3 + 3 rows, the last 2 + 1
-    [*PIPE, "parallel.pp_schedule=1f1b"],
-    [*PIPE, "parallel.dp_shard=2"],                              # 2 pipelines of 2 stages, FSDP across, 4 ranks
-], ids=["fsdp2", "tp2", "fsdp2+checkpointing", "fsdp2+tp2", "hsdp2x2", "pp2-gpipe", "pp2-1f1b", "pp2+fsdp2"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ["parallel.dp_shard=2"],  # FSDP2 (ZeRO-3)
+        ["parallel.tp=2"],  # tensor parallel: heads split
+        ["parallel.dp_shard=2", "parallel.activation_checkpointing=1", "parallel.reshard_after_forward=false"],
+        ["parallel.dp_shard=2", "parallel.tp=2"],  # 2-D: FSDP over tensor-parallel shards, 4 ranks
+        ["parallel.dp_replicate=2", "parallel.dp_shard=2", BATCH_8],  # HSDP: 2 replicas of a 2-way shard, 4 ranks
+        ["parallel.pp=2", "parallel.microbatches=2", "parallel.pp_schedule=gpipe"],  # 3 + 3 rows, the last 2 + 1
+        [*PIPE, "parallel.pp_schedule=1f1b"],
+        [*PIPE, "parallel.dp_shard=2"],  # 2 pipelines of 2 stages, FSDP across, 4 ranks
+    ],
+    ids=["fsdp2", "tp2", "fsdp2+checkpointing", "fsdp2+tp2", "hsdp2x2", "pp2-gpipe", "pp2-1f1b", "pp2+fsdp2"],
+)
 def test_layout_equals_one_process(corpus, reference, tmp_path, layout):
     sizes = {"parallel.tp=2": 2, "parallel.dp_shard=2": 2, "parallel.dp_replicate=2": 2, "parallel.pp=2": 2}
     procs = math.prod(sizes.get(item, 1) for item in layout)
@@ -76,22 +80,33 @@ def test_saved_on_one_process_resumes_on_an_interleaved_pipeline(corpus, tmp_pat
     train(tmp_path / "whole", corpus, 10, *blocks)
     run = tmp_path / "run"
     train(run, corpus, 5, *blocks)
-    train(run, corpus, 10, *blocks, "parallel.pp=2", "parallel.microbatches=2",
-          "parallel.pp_schedule=interleaved_1f1b", procs=2)
+    train(
+        run,
+        corpus,
+        10,
+        *blocks,
+        "parallel.pp=2",
+        "parallel.microbatches=2",
+        "parallel.pp_schedule=interleaved_1f1b",
+        procs=2,
+    )
     assert "resumed from step 5" in (run / "logs" / "rank_0.log").read_text()
     assert_resumed_exactly(run, tmp_path / "whole")
 
 
-@pytest.mark.parametrize("layout, words", [
-    (["parallel.dp_shard=3"], "= 3 but the world has 2 processes"),
-    (["parallel.tp=2", "parallel.dp_shard=2"], "= 4 but the world has 2 processes"),
-    (["parallel.pp=2", "parallel.microbatches=4"], "not divisible by parallel dp_size 1 x parallel.microbatches 4"),
-    ([*PIPE, "training.grad_accum_steps=2"], "a pipeline already accumulates over parallel.microbatches"),
-    ([*PIPE, "checkpoint.format=sharded"], "checkpoint.format=sharded with parallel.pp=2 is not supported yet"),
-    (["parallel.pp=2"], "microbatches=1 is less than pp=2"),
-    (["parallel.tp=2", "model.n_heads=1"], "does not divide the model's 1 attention heads"),
-    (["parallel.tp=2", "regression"], "run.task='regression' has none"),  # an app without a plan
-])
+@pytest.mark.parametrize(
+    "layout, words",
+    [
+        (["parallel.dp_shard=3"], "= 3 but the world has 2 processes"),
+        (["parallel.tp=2", "parallel.dp_shard=2"], "= 4 but the world has 2 processes"),
+        (["parallel.pp=2", "parallel.microbatches=4"], "not divisible by parallel dp_size 1 x parallel.microbatches 4"),
+        ([*PIPE, "training.grad_accum_steps=2"], "a pipeline already accumulates over parallel.microbatches"),
+        ([*PIPE, "checkpoint.format=sharded"], "checkpoint.format=sharded with parallel.pp=2 is not supported yet"),
+        (["parallel.pp=2"], "microbatches=1 is less than pp=2"),
+        (["parallel.tp=2", "model.n_heads=1"], "does not divide the model's 1 attention heads"),
+        (["parallel.tp=2", "regression"], "run.task='regression' has none"),  # an app without a plan
+    ],
+)
 def test_bad_layouts_are_one_line_and_exit_2(corpus, tmp_path, layout, words):
     app = BASE if layout[-1] == "regression" else gpt_args(corpus)
     layout = [item for item in layout if item != "regression"]
@@ -133,8 +148,9 @@ def test_saved_on_fsdp_resumes_on_tensor_parallel_and_on_one_process(corpus, ref
         assert "resumed from step 5" in (resumed / "logs" / "rank_0.log").read_text()
         assert_resumed_exactly(resumed, reference)
     kept = copy / "checkpoints" / "step_00000005"  # keep_last=3: steps 5, 8 and 10
-    text = cli("generate", "--checkpoint", str(kept), "--prompt", "ab", "--length", "8", "--temperature", "0",
-               timeout=120)
+    text = cli(
+        "generate", "--checkpoint", str(kept), "--prompt", "ab", "--length", "8", "--temperature", "0", timeout=120
+    )
     assert text.returncode == 0 and text.stdout.strip(), text.stdout + text.stderr
     # A damaged shard makes its step unusable (the manifest's sha256 covers every shard file).
     shard = next((kept / "shards").glob("*.distcp"))

@@ -100,10 +100,24 @@ def test_prefetch_changes_no_number(tmp_path, monkeypatch):
     real_close = Prefetcher.close
     monkeypatch.setattr(prefetch_module.Prefetcher, "close", lambda self: (hits.append(self.hits), real_close(self))[1])
     # 101 samples / 12 per step, 2 micro-batches: 20 steps cross two epoch ends and uneven batches
-    base = [*(f"{k}={v}" for k, v in {"training.steps": 20, "training.global_batch_size": 12, "training.grad_accum_steps": 2,
-                                      "data.num_samples": 101, "data.val_samples": 25, "model.hidden": 8,
-                                      "training.precision": "fp64", "logging.every_steps": 1, "logging.progress": "false",
-                                      "logging.tensorboard": "false", "checkpoint.every_steps": 0}.items())]
+    base = [
+        *(
+            f"{k}={v}"
+            for k, v in {
+                "training.steps": 20,
+                "training.global_batch_size": 12,
+                "training.grad_accum_steps": 2,
+                "data.num_samples": 101,
+                "data.val_samples": 25,
+                "model.hidden": 8,
+                "training.precision": "fp64",
+                "logging.every_steps": 1,
+                "logging.progress": "false",
+                "logging.tensorboard": "false",
+                "checkpoint.every_steps": 0,
+            }.items()
+        )
+    ]
     runs = {}
     for prefetch in ("true", "false"):
         run = tmp_path / prefetch

@@ -34,13 +34,29 @@ def test_second_job_on_a_run_dir_exits_2_naming_the_holder_and_a_killed_holder_f
             assert time.monotonic() - tick < 60
         # Workers started by our launcher directly (as torchrun would): exit 2, and no restart.
         script = os.path.join(os.path.dirname(sys.modules["neural_arch"].__file__), "cli", "train.py")
-        launched = subprocess.run([sys.executable, "-m", "neural_arch.distributed.launcher", "--nproc_per_node=2",
-                                   "--max_restarts=3", script, *LONG, "--set", f"run.dir={run}"],
-                                  capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        launched = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "neural_arch.distributed.launcher",
+                "--nproc_per_node=2",
+                "--max_restarts=3",
+                script,
+                *LONG,
+                "--set",
+                f"run.dir={run}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ, OMP_NUM_THREADS="1"),
+        )
         assert launched.returncode != 0 and "a restart would give the same answer" in launched.stderr, launched.stderr
         assert "is in use by another job" in launched.stdout + launched.stderr
     finally:
         first.send_signal(signal.SIGKILL)  # as the OOM killer would: no chance to unlock
         first.wait(timeout=30)
-    again = cli("train", *LONG, "--set", f"run.dir={run}", "training.steps=5", "--resume", "none")  # the lock is free again
+    again = cli(
+        "train", *LONG, "--set", f"run.dir={run}", "training.steps=5", "--resume", "none"
+    )  # the lock is free again
     assert again.returncode == 0, again.stdout + again.stderr

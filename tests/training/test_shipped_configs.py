@@ -22,8 +22,9 @@ def test_recipe_loads_and_validates(path):
 def test_gpu_gpt_recipe_is_about_100m_parameters_on_8_nccl_ranks_in_bf16():
     cfg = load_config(REPO / "configs" / "gpt_gpu.yaml")
     m = cfg.model
-    params = count_parameters(GPT(d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads, mlp_ratio=m.mlp_ratio,
-                                  context=m.context))
+    params = count_parameters(
+        GPT(d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads, mlp_ratio=m.mlp_ratio, context=m.context)
+    )
     assert 90e6 <= params <= 110e6, params
     assert (cfg.training.nproc_per_node, cfg.training.backend, cfg.training.precision) == (8, "nccl", "bf16")
     assert cfg.training.global_batch_size % 8 == 0

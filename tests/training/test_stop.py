@@ -40,8 +40,11 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("signum, procs", [(signal.SIGINT, 1), (signal.SIGTERM, 2), (signal.SIGUSR1, 2)],
-                         ids=["ctrl-c", "sigterm-launcher", "usr1-launcher"])
+@pytest.mark.parametrize(
+    "signum, procs",
+    [(signal.SIGINT, 1), (signal.SIGTERM, 2), (signal.SIGUSR1, 2)],
+    ids=["ctrl-c", "sigterm-launcher", "usr1-launcher"],
+)
 def test_a_signal_saves_and_the_same_command_continues(tmp_path, uninterrupted, signum, procs):
     run = tmp_path / "run"
     nproc = ["--nproc-per-node", str(procs)]
@@ -90,13 +93,32 @@ def test_slurm_warning_signal_saves_requeues_and_ends_bitwise_equal(tmp_path):
     with local_slurm() as slurm:
         env = dict(slurm.env, OMP_NUM_THREADS="1", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
         whole = tmp_path / "whole"
-        ref = subprocess.run(["srun", "-n", "2", sys.executable, "-m", "neural_arch.cli", "train", *sets,
-                              f"run.dir={whole}"], env=env, capture_output=True, text=True, timeout=240, cwd=REPO)
+        ref = subprocess.run(
+            ["srun", "-n", "2", sys.executable, "-m", "neural_arch.cli", "train", *sets, f"run.dir={whole}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=REPO,
+        )
         assert ref.returncode == 0, ref.stdout + ref.stderr
         run = tmp_path / "run"
-        job_id = subprocess.run(["sbatch", "--parsable", "--time=10", f"--output={tmp_path}/job.out",
-                                 str(REPO / "hpc" / "train_preemptible.sh"), *sets, f"run.dir={run}"],
-                                env=env, capture_output=True, text=True, check=True, cwd=REPO).stdout.strip()
+        job_id = subprocess.run(
+            [
+                "sbatch",
+                "--parsable",
+                "--time=10",
+                f"--output={tmp_path}/job.out",
+                str(REPO / "hpc" / "train_preemptible.sh"),
+                *sets,
+                f"run.dir={run}",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        ).stdout.strip()
         wait_for_rows(run, 3)
         # What `#SBATCH --signal=USR1@120` does before the time limit: USR1 to every task.
         subprocess.run(["scancel", "--signal=USR1", job_id], env=env, check=True)
@@ -115,8 +137,7 @@ def _wait_until_gone(job_id: str, env: dict[str, str], timeout: float = 300) -> 
     deadline = time.monotonic() + timeout
     pending_since: float | None = None
     while time.monotonic() < deadline:
-        show = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=env, capture_output=True,
-                              text=True).stdout
+        show = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=env, capture_output=True, text=True).stdout
         fields = dict(item.split("=", 1) for item in show.split() if "=" in item)
         if fields.get("JobState") in ENDED:
             return
@@ -124,8 +145,7 @@ def _wait_until_gone(job_id: str, env: dict[str, str], timeout: float = 300) -> 
             pending_since = pending_since or time.monotonic()
             node = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout
             if node.strip() == "idle" and time.monotonic() - pending_since >= 2.0:
-                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env,
-                               capture_output=True)
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, capture_output=True)
         time.sleep(0.5)
     raise AssertionError(f"SLURM job {job_id} has not ended after {timeout} s")
 

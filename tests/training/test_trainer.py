@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from neural_arch.training.config import load_config
 from neural_arch.training import step as step_module
+from neural_arch.training.config import load_config
 from neural_arch.training.trainer import train
 from tests.helpers.cli import cli
 from tests.helpers.gpt_corpus import make_corpus
@@ -38,15 +38,35 @@ def app(request, tmp_path_factory) -> list[str]:
 def reference_2_ranks(tmp_path_factory, app):
     """An uninterrupted 2-rank run of 20 steps (constant LR after warmup, sample ids recorded)."""
     run = tmp_path_factory.mktemp("ref") / "run"
-    proc = launch_fault("none", 0, 2, *app, "--set", f"run.dir={run}", "--set", "training.steps=20",
-                        "--set", "schedule.decay=constant", "--set", "logging.record_samples=true")
+    proc = launch_fault(
+        "none",
+        0,
+        2,
+        *app,
+        "--set",
+        f"run.dir={run}",
+        "--set",
+        "training.steps=20",
+        "--set",
+        "schedule.decay=constant",
+        "--set",
+        "logging.record_samples=true",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return run
 
 
 @pytest.mark.multiprocess
 def test_three_ranks_equal_one_rank_with_accumulation_and_uneven_batches(tmp_path):
-    common = [*BASE, "--set", "training.steps=18", "--set", "training.grad_accum_steps=2", "--set", "training.val_every=6"]
+    common = [
+        *BASE,
+        "--set",
+        "training.steps=18",
+        "--set",
+        "training.grad_accum_steps=2",
+        "--set",
+        "training.val_every=6",
+    ]
     one = cli("train", *common, "--set", f"run.dir={tmp_path / 'one'}")
     three = cli("train", *common, "--set", f"run.dir={tmp_path / 'three'}", "--nproc-per-node", "3")
     assert one.returncode == 0, one.stderr
@@ -61,15 +81,19 @@ def test_three_ranks_equal_one_rank_with_accumulation_and_uneven_batches(tmp_pat
         assert b["val/mae"] == pytest.approx(a["val/mae"], rel=1e-12)
 
 
-@pytest.mark.parametrize("mode, step", [
-    ("kill", 7),  # SIGKILL of rank 1 at step 7: mid-epoch (9 or 5 batches per epoch); the last checkpoint is step 4
-    ("ckpt", 8),  # SIGKILL half-way through writing the step-8 checkpoint
-])
+@pytest.mark.parametrize(
+    "mode, step",
+    [
+        ("kill", 7),  # SIGKILL of rank 1 at step 7: mid-epoch (9 or 5 batches per epoch); the last checkpoint is step 4
+        ("ckpt", 8),  # SIGKILL half-way through writing the step-8 checkpoint
+    ],
+)
 @pytest.mark.multiprocess
 def test_killed_rank_resumes_bitwise(tmp_path, app, reference_2_ranks, mode, step):
     run = tmp_path / "run"
-    proc = launch_fault(mode, step, 2, *app, "--set", f"run.dir={run}", "--set", "training.steps=20",
-                        "--set", "schedule.decay=constant")
+    proc = launch_fault(
+        mode, step, 2, *app, "--set", f"run.dir={run}", "--set", "training.steps=20", "--set", "schedule.decay=constant"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "resumed from step 4" in (run / "logs" / "rank_0.log").read_text()
     assert_params(final_params(run), final_params(reference_2_ranks), atol=0)
@@ -79,7 +103,15 @@ def test_killed_rank_resumes_bitwise(tmp_path, app, reference_2_ranks, mode, ste
 @pytest.mark.parametrize("new_world", [1, 3])
 def test_resume_on_another_world_size_is_exact(tmp_path, app, reference_2_ranks, new_world):
     run = tmp_path / "run"
-    common = [*app, "--set", f"run.dir={run}", "--set", "schedule.decay=constant", "--set", "logging.record_samples=true"]
+    common = [
+        *app,
+        "--set",
+        f"run.dir={run}",
+        "--set",
+        "schedule.decay=constant",
+        "--set",
+        "logging.record_samples=true",
+    ]
     first = launch_fault("none", 0, 2, *common, "--set", "training.steps=10")
     assert first.returncode == 0, first.stderr
     (run / "logs" / "samples_rank_0.jsonl").rename(run / "logs" / "before_0.jsonl")
@@ -96,8 +128,18 @@ def test_resume_on_another_world_size_is_exact(tmp_path, app, reference_2_ranks,
 @pytest.mark.multiprocess
 def test_outputs_and_summary(tmp_path):
     run = tmp_path / "run"
-    proc = cli("train", *BASE, "--set", f"run.dir={run}", "--set", "training.steps=6",
-               "--set", "logging.tensorboard=true", "--set", "training.val_every=3")
+    proc = cli(
+        "train",
+        *BASE,
+        "--set",
+        f"run.dir={run}",
+        "--set",
+        "training.steps=6",
+        "--set",
+        "logging.tensorboard=true",
+        "--set",
+        "training.val_every=3",
+    )
     assert proc.returncode == 0, proc.stderr
     for name in ("config.yaml", "metrics.jsonl", "loss.png", "summary.txt", "logs/rank_0.log"):
         assert (run / name).exists(), name
@@ -109,36 +151,60 @@ def test_outputs_and_summary(tmp_path):
 
 
 def test_non_finite_loss_stops_with_step_and_rank(tmp_path):
-    cfg = load_config(None, [f"run.dir={tmp_path / 'run'}", "optim.lr=1e30", "training.steps=30", "logging.progress=false",
-                             "logging.tensorboard=false", "training.precision=fp64"])
+    cfg = load_config(
+        None,
+        [
+            f"run.dir={tmp_path / 'run'}",
+            "optim.lr=1e30",
+            "training.steps=30",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+            "training.precision=fp64",
+        ],
+    )
     with pytest.raises(FloatingPointError, match=r"diverged at step \d+ \(non-finite loss on rank\(s\) \[0\]\)"):
         train(cfg)
 
 
 def test_non_finite_loss_can_be_skipped(tmp_path, monkeypatch):
-    cfg = load_config(None, [f"run.dir={tmp_path / 'run'}", "optim.lr=1e30", "training.steps=8", "logging.progress=false",
-                             "logging.tensorboard=false", "training.nan_policy=skip", "training.precision=fp64"])
+    cfg = load_config(
+        None,
+        [
+            f"run.dir={tmp_path / 'run'}",
+            "optim.lr=1e30",
+            "training.steps=8",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+            "training.nan_policy=skip",
+            "training.precision=fp64",
+        ],
+    )
     skipped = []
     real = step_module._non_finite
-    monkeypatch.setattr(step_module, "_non_finite", lambda parts, *a: (skipped.append(parts.step + 1), real(parts, *a))[1])
+    monkeypatch.setattr(
+        step_module, "_non_finite", lambda parts, *a: (skipped.append(parts.step + 1), real(parts, *a))[1]
+    )
     train(cfg)  # completes
     assert skipped, "lr=1e30 should have produced a non-finite step"
     # A skipped step leaves the weights alone: without the skip they would be inf/nan by now.
     assert all(torch.isfinite(t).all() for t in final_params(tmp_path / "run").values())
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--set", "trainig.steps=5"], "did you mean 'training'"),
-    (["--set", "training.stpes=5"], "did you mean 'training.steps'"),
-    (["--set", "training.steps=ten"], "training.steps"),
-    (["--set", "optim.lr=-1"], "optim.lr"),
-    (["--set", "training.global_batch_size=10", "--nproc-per-node", "3"], "not divisible by world size 3"),
-    (["--set", "data.name=file"], "data.path"),
-    (["--set", "data.name=file", "--set", "data.path=/nonexistent/x.npz"], "/nonexistent/x.npz"),
-    (["--set", "training.precision=fp8"], "training.precision"),
-    (["--config", "/nonexistent/config.yaml"], "/nonexistent/config.yaml"),
-    (["--set", "training.steps"], "training.steps"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "trainig.steps=5"], "did you mean 'training'"),
+        (["--set", "training.stpes=5"], "did you mean 'training.steps'"),
+        (["--set", "training.steps=ten"], "training.steps"),
+        (["--set", "optim.lr=-1"], "optim.lr"),
+        (["--set", "training.global_batch_size=10", "--nproc-per-node", "3"], "not divisible by world size 3"),
+        (["--set", "data.name=file"], "data.path"),
+        (["--set", "data.name=file", "--set", "data.path=/nonexistent/x.npz"], "/nonexistent/x.npz"),
+        (["--set", "training.precision=fp8"], "training.precision"),
+        (["--config", "/nonexistent/config.yaml"], "/nonexistent/config.yaml"),
+        (["--set", "training.steps"], "training.steps"),
+    ],
+)
 @pytest.mark.multiprocess
 def test_config_errors_exit_2_with_one_line(args, message):
     proc = cli("train", *args, timeout=60)
@@ -148,8 +214,16 @@ def test_config_errors_exit_2_with_one_line(args, message):
 
 
 def test_bf16_autocast_on_cpu_trains(tmp_path):
-    cfg = load_config(None, [f"run.dir={tmp_path / 'run'}", "training.precision=bf16", "training.steps=30",
-                             "logging.progress=false", "logging.tensorboard=false"])
+    cfg = load_config(
+        None,
+        [
+            f"run.dir={tmp_path / 'run'}",
+            "training.precision=bf16",
+            "training.steps=30",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+        ],
+    )
     final = train(cfg)
     train_losses = [row["train/loss"] for row in metrics(tmp_path / "run") if "train/loss" in row]
     assert len(train_losses) >= 2 and np.isfinite(final["val/loss"])
@@ -157,8 +231,15 @@ def test_bf16_autocast_on_cpu_trains(tmp_path):
 
 
 def test_resume_none_and_explicit_path(tmp_path):
-    base = [f"run.dir={tmp_path / 'run'}", "training.steps=8", "checkpoint.every_steps=4", "logging.progress=false",
-            "logging.tensorboard=false", "training.precision=fp64", "schedule.decay=constant"]
+    base = [
+        f"run.dir={tmp_path / 'run'}",
+        "training.steps=8",
+        "checkpoint.every_steps=4",
+        "logging.progress=false",
+        "logging.tensorboard=false",
+        "training.precision=fp64",
+        "schedule.decay=constant",
+    ]
     log = tmp_path / "run" / "logs" / "rank_0.log"
 
     def last_start() -> str:
@@ -180,8 +261,21 @@ def test_resume_none_and_explicit_path(tmp_path):
 
 @pytest.mark.multiprocess
 def test_train_started_by_torchrun(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "neural_arch.cli",
-           "train", *BASE, "--set", f"run.dir={tmp_path / 'run'}", "--set", "training.steps=6"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "neural_arch.cli",
+        "train",
+        *BASE,
+        "--set",
+        f"run.dir={tmp_path / 'run'}",
+        "--set",
+        "training.steps=6",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "on 2 process(es)" in proc.stdout

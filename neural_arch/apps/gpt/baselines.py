@@ -1,6 +1,12 @@
 """Bits-per-byte of simple predictors on the validation bytes, to judge the model against.
 
-Try it: ``python -c "from neural_arch.apps.gpt.corpus import Corpus; from neural_arch.apps.gpt.baselines import byte_baselines; c = Corpus(__import__('pathlib').Path('data/gpt_corpus')); print(byte_baselines(c.train, c.val))"``
+Try it::
+
+    >>> from pathlib import Path
+    >>> from neural_arch.apps.gpt.corpus import Corpus
+    >>> from neural_arch.apps.gpt.baselines import byte_baselines
+    >>> corpus = Corpus(Path("data/gpt_corpus"))
+    >>> byte_baselines(corpus.train, corpus.val)
 
 Unigram and bigram byte models (add-one smoothed) are fitted on the training split and
 scored on the same predicted bytes as the model (every validation byte but the first);
@@ -42,6 +48,9 @@ def byte_baselines(train: np.ndarray, val: np.ndarray) -> dict[str, float]:
     uni_bits = -np.log2(unigram[nxt] / unigram.sum()).sum()
     bi_bits = -np.log2(bigram[prev, nxt] / bigram.sum(axis=1)[prev]).sum()
     text = val.tobytes()
-    return {"unigram": float(uni_bits / len(nxt)), "bigram": float(bi_bits / len(nxt)),
-            "gzip": 8.0 * len(gzip.compress(text, compresslevel=9)) / len(text),
-            "lzma": 8.0 * len(lzma.compress(text, preset=9)) / len(text)}
+    return {
+        "unigram": float(uni_bits / len(nxt)),
+        "bigram": float(bi_bits / len(nxt)),
+        "gzip": 8.0 * len(gzip.compress(text, compresslevel=9)) / len(text),
+        "lzma": 8.0 * len(lzma.compress(text, preset=9)) / len(text),
+    }

@@ -46,9 +46,13 @@ class GPTDataConfig:
 
 
 RANGES: dict[str, RangeRule] = {
-    "model.d_model": at_least(1), "model.n_layers": at_least(1), "model.n_heads": at_least(1),
-    "model.mlp_ratio": at_least(1), "model.dropout": ((lambda v: 0 <= v < 1), "in [0, 1)"),
-    "model.context": at_least(1), "data.val_fraction": ((lambda v: 0 < v < 1), "in (0, 1)"),
+    "model.d_model": at_least(1),
+    "model.n_layers": at_least(1),
+    "model.n_heads": at_least(1),
+    "model.mlp_ratio": at_least(1),
+    "model.dropout": ((lambda v: 0 <= v < 1), "in [0, 1)"),
+    "model.context": at_least(1),
+    "data.val_fraction": ((lambda v: 0 < v < 1), "in (0, 1)"),
     "data.samples_per_epoch": at_least(1),
 }
 
@@ -62,14 +66,20 @@ def validate_sections(cfg: Any) -> None:
     """Cross-field checks: head size, rotary's even head size, a usable source list."""
     model, data = cfg.model, cfg.data
     if model.d_model % model.n_heads:
-        raise ConfigError(f"model.d_model={model.d_model} is not divisible by model.n_heads={model.n_heads}: "
-                          "choose d_model as a multiple of n_heads")
+        raise ConfigError(
+            f"model.d_model={model.d_model} is not divisible by model.n_heads={model.n_heads}: "
+            "choose d_model as a multiple of n_heads"
+        )
     if model.positional == "rotary" and (model.d_model // model.n_heads) % 2:
-        raise ConfigError(f"model.positional='rotary' needs an even head size, got d_model/n_heads="
-                          f"{model.d_model // model.n_heads}: change model.d_model or model.n_heads")
+        raise ConfigError(
+            f"model.positional='rotary' needs an even head size, got d_model/n_heads="
+            f"{model.d_model // model.n_heads}: change model.d_model or model.n_heads"
+        )
     if data.source is not None and any(not s.strip() for s in source_list(data)):
-        raise ConfigError(f"data.source={data.source!r} holds an empty entry: remove it, or set data.source=null "
-                          "for the standard library's sources")
+        raise ConfigError(
+            f"data.source={data.source!r} holds an empty entry: remove it, or set data.source=null "
+            "for the standard library's sources"
+        )
     if not data.path.strip():
         raise ConfigError("data.path='' is empty: set it to the corpus directory, e.g. data/gpt_corpus")
 

@@ -67,7 +67,11 @@ def _entry_files(entry: str) -> list[Path]:
     if any(c in entry for c in "*?["):
         return [Path(p) for p in glob.glob(os.path.expanduser(entry), recursive=True) if Path(p).is_file()]
     if path.is_dir():
-        return [p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)]
+        return [
+            p
+            for p in path.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        ]
     return [path] if path.is_file() else []
 
 
@@ -99,7 +103,7 @@ def resolve_sources(source: Optional[list[str]], val_fraction: float) -> list[So
         shown = "the standard library (sysconfig stdlib path)" if source is None else repr(source)
         raise ConfigError(f"data.source={shown} matches no file: give existing directories, globs or files")
     base = os.path.commonpath({os.path.dirname(p) for p in unique})  # the folders: 10x fewer than the files
-    files = [SourceFile(p[len(base):].lstrip("/"), p, os.stat(p).st_size, val_fraction) for p in unique]
+    files = [SourceFile(p[len(base) :].lstrip("/"), p, os.stat(p).st_size, val_fraction) for p in unique]
     return sorted(files, key=lambda f: f.rel)
 
 
@@ -126,15 +130,18 @@ def _check_sizes(kept: list[SourceFile], source: Any, val_fraction: float, conte
     """Bytes per split; refuses an empty corpus, an empty validation split, a too-short split."""
     sizes = {split: sum(f.size for f in kept if f.split == split) for split in ("train", "val")}
     if sizes["train"] + sizes["val"] == 0:
-        raise ConfigError(f"data.source={source!r}: the corpus would be empty (every file has 0 bytes); "
-                          "add text files")
+        raise ConfigError(f"data.source={source!r}: the corpus would be empty (every file has 0 bytes); add text files")
     if sizes["val"] == 0:
-        raise ConfigError(f"data.val_fraction={val_fraction}: no file of data.source={source!r} falls in the validation split; "
-                          "raise data.val_fraction or add files")
+        raise ConfigError(
+            f"data.val_fraction={val_fraction}: no file of data.source={source!r} falls in the validation split; "
+            "raise data.val_fraction or add files"
+        )
     smallest = min(sizes, key=lambda s: sizes[s])
     if sizes[smallest] < context + 1:
-        raise ConfigError(f"model.context={context} needs {context + 1} bytes per window but the {smallest} split "
-                          f"has {sizes[smallest]}: lower model.context or add text to data.source")
+        raise ConfigError(
+            f"model.context={context} needs {context + 1} bytes per window but the {smallest} split "
+            f"has {sizes[smallest]}: lower model.context or add text to data.source"
+        )
     return sizes
 
 
@@ -151,8 +158,10 @@ def _existing_corpus(path: Path, source: Optional[list[str]], val_fraction: floa
             raise ConfigError(stale)
         return True
     if path.exists():  # commit_dir would replace it: never delete what a user put there
-        raise ConfigError(f"data.path={str(path)!r} exists but holds no corpus (no manifest.json): "
-                          "set data.path to a new directory, or delete that one")
+        raise ConfigError(
+            f"data.path={str(path)!r} exists but holds no corpus (no manifest.json): "
+            "set data.path to a new directory, or delete that one"
+        )
     return False
 
 
@@ -209,7 +218,9 @@ def create_corpus(path: Path, source: Optional[list[str]], val_fraction: float, 
     return path
 
 
-def _write_share(tmp: Path, files: list[SourceFile], mine: dict[int, tuple[bytes, str]], offsets: dict[int, int]) -> None:
+def _write_share(
+    tmp: Path, files: list[SourceFile], mine: dict[int, tuple[bytes, str]], offsets: dict[int, int]
+) -> None:
     """Write this rank's files into the preallocated split files at their offsets, durably."""
     for split in ("train", "val"):
         with open(tmp / f"{split}.bin", "r+b") as out:
@@ -221,13 +232,23 @@ def _write_share(tmp: Path, files: list[SourceFile], mine: dict[int, tuple[bytes
             os.fsync(out.fileno())
 
 
-def _manifest(files: list[SourceFile], digests: dict[int, str], sizes: dict[str, int], source: Any,
-              val_fraction: float) -> dict[str, Any]:
-    listed = [{"path": f.rel, "size": f.size, "sha256": digests[i], "split": f.split}
-              for i, f in enumerate(files) if digests[i]]
-    return {**expected_spec(source, val_fraction), "root": os.path.commonpath({os.path.dirname(f.location) for f in files}),
-            "train_bytes": sizes["train"], "val_bytes": sizes["val"], "total_bytes": sizes["train"] + sizes["val"],
-            "files": listed, "skipped": [f.rel for i, f in enumerate(files) if not digests[i]]}
+def _manifest(
+    files: list[SourceFile], digests: dict[int, str], sizes: dict[str, int], source: Any, val_fraction: float
+) -> dict[str, Any]:
+    listed = [
+        {"path": f.rel, "size": f.size, "sha256": digests[i], "split": f.split}
+        for i, f in enumerate(files)
+        if digests[i]
+    ]
+    return {
+        **expected_spec(source, val_fraction),
+        "root": os.path.commonpath({os.path.dirname(f.location) for f in files}),
+        "train_bytes": sizes["train"],
+        "val_bytes": sizes["val"],
+        "total_bytes": sizes["train"] + sizes["val"],
+        "files": listed,
+        "skipped": [f.rel for i, f in enumerate(files) if not digests[i]],
+    }
 
 
 def stale_reason(path: Path, source: Optional[list[str]], val_fraction: float) -> Optional[str]:
@@ -239,16 +260,20 @@ def stale_reason(path: Path, source: Optional[list[str]], val_fraction: float) -
     want = expected_spec(source, val_fraction)
     got = {k: manifest.get(k) for k in want}
     if got != want:
-        return (f"data.path={str(path)!r} holds a corpus made with {got}, but the config asks for {want}: "
-                "delete that directory or set data.path to a new one")
+        return (
+            f"data.path={str(path)!r} holds a corpus made with {got}, but the config asks for {want}: "
+            "delete that directory or set data.path to a new one"
+        )
     # The sources may have changed since (edited files, another interpreter, another cwd):
     # a cheap rescan of names and sizes, no reading.
     now = {f.rel: f.size for f in resolve_sources(source, val_fraction)}
     then = {f["path"]: f["size"] for f in manifest["files"]}
     changed = sorted(r for r in then if now.get(r) != then[r]) + sorted(set(now) - set(then) - set(manifest["skipped"]))
     if changed:
-        return (f"data.path={str(path)!r} is stale: {len(changed)} source file(s) changed, appeared or vanished since "
-                f"it was made (first: {changed[0]}); delete that directory or set data.path to a new one")
+        return (
+            f"data.path={str(path)!r} is stale: {len(changed)} source file(s) changed, appeared or vanished since "
+            f"it was made (first: {changed[0]}); delete that directory or set data.path to a new one"
+        )
     return None
 
 
@@ -268,6 +293,8 @@ class Corpus:
     def _open(self, split: str) -> np.ndarray:
         size = self.manifest[f"{split}_bytes"]
         if (self.path / f"{split}.bin").stat().st_size != size:
-            raise ValueError(f"{self.path / f'{split}.bin'} has the wrong size (manifest says {size} bytes); "
-                             "delete the corpus directory and create the data again")
+            raise ValueError(
+                f"{self.path / f'{split}.bin'} has the wrong size (manifest says {size} bytes); "
+                "delete the corpus directory and create the data again"
+            )
         return _split_file(self.path, split, size)

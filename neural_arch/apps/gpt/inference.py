@@ -25,11 +25,18 @@ def model_from_state(state: dict[str, Any]) -> GPT:
     """The GPT the checkpoint's ``config["model"]`` describes, with its weights, in eval mode."""
     sizes = state.get("config", {}).get("model")
     if not isinstance(sizes, dict) or "d_model" not in sizes:
-        raise ValueError("the checkpoint's config has no GPT model section (model.d_model ...); was it trained "
-                         "with run.task: gpt?")
-    model = GPT(d_model=int(sizes["d_model"]), n_layers=int(sizes["n_layers"]), n_heads=int(sizes["n_heads"]),
-                mlp_ratio=int(sizes["mlp_ratio"]), dropout=float(sizes["dropout"]),
-                positional=str(sizes["positional"]), context=int(sizes["context"]))
+        raise ValueError(
+            "the checkpoint's config has no GPT model section (model.d_model ...); was it trained with run.task: gpt?"
+        )
+    model = GPT(
+        d_model=int(sizes["d_model"]),
+        n_layers=int(sizes["n_layers"]),
+        n_heads=int(sizes["n_heads"]),
+        mlp_ratio=int(sizes["mlp_ratio"]),
+        dropout=float(sizes["dropout"]),
+        positional=str(sizes["positional"]),
+        context=int(sizes["context"]),
+    )
     weights = state["model"]
     model.to(next(iter(weights.values())).dtype)  # float64 runs stay float64
     model.load_state_dict(weights)
@@ -40,8 +47,15 @@ def generate_text(state: dict[str, Any], prompt: bytes, settings: GenerationSett
     """``settings.length`` bytes after ``prompt`` from the checkpoint's model."""
     model = model_from_state(state)
     generator = torch.Generator().manual_seed(settings.seed)
-    return generate(model, prompt, settings.length, settings.temperature, settings.top_k, generator=generator,
-                    use_cache=settings.use_cache)
+    return generate(
+        model,
+        prompt,
+        settings.length,
+        settings.temperature,
+        settings.top_k,
+        generator=generator,
+        use_cache=settings.use_cache,
+    )
 
 
 def export_spec(state: dict[str, Any]) -> ExportSpec:

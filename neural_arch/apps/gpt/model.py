@@ -1,6 +1,11 @@
 """A decoder-only byte-level transformer: ``GPT(d_model=128, n_layers=4, n_heads=4, context=128)``.
 
-Try it: ``python -c "import torch; from neural_arch.apps.gpt.model import GPT; print(GPT()(torch.zeros(2, 16, dtype=torch.long)).shape)"``
+Try it::
+
+    >>> import torch
+    >>> from neural_arch.apps.gpt.model import GPT
+    >>> GPT()(torch.zeros(2, 16, dtype=torch.long)).shape
+    torch.Size([2, 16, 256])
 
 Plain PyTorch with no distributed code (parallelism is applied from outside). Bytes are the
 tokens (vocabulary 256). Pre-norm blocks (LayerNorm -> causal attention via
@@ -94,8 +99,12 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = CausalSelfAttention(d_model, n_heads, dropout, rotary, context)
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, mlp_ratio * d_model), nn.GELU(),
-                                 nn.Linear(mlp_ratio * d_model, d_model), nn.Dropout(dropout))
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, mlp_ratio * d_model),
+            nn.GELU(),
+            nn.Linear(mlp_ratio * d_model, d_model),
+            nn.Dropout(dropout),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
@@ -110,15 +119,24 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Bytes [B, T] (T <= context) -> next-byte logits [B, T, 256]."""
 
-    def __init__(self, d_model: int = 128, n_layers: int = 4, n_heads: int = 4, mlp_ratio: int = 4,
-                 dropout: float = 0.0, positional: str = "rotary", context: int = 128) -> None:
+    def __init__(
+        self,
+        d_model: int = 128,
+        n_layers: int = 4,
+        n_heads: int = 4,
+        mlp_ratio: int = 4,
+        dropout: float = 0.0,
+        positional: str = "rotary",
+        context: int = 128,
+    ) -> None:
         super().__init__()
         self.context = context
         self.embed = nn.Embedding(VOCAB, d_model)
         self.pos = nn.Embedding(context, d_model) if positional == "learned" else None
         self.drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, mlp_ratio, dropout, positional == "rotary", context)
-                                    for _ in range(n_layers))
+        self.blocks = nn.ModuleList(
+            Block(d_model, n_heads, mlp_ratio, dropout, positional == "rotary", context) for _ in range(n_layers)
+        )
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, VOCAB, bias=False)
         self.head.weight = self.embed.weight  # weight tying: one matrix reads and writes bytes
@@ -131,7 +149,9 @@ class GPT(nn.Module):
     def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
         end = start + idx.shape[1]
         if end > self.context:
-            raise ValueError(f"GPT got {end} bytes at once but its context is {self.context}; pass at most {self.context}")
+            raise ValueError(
+                f"GPT got {end} bytes at once but its context is {self.context}; pass at most {self.context}"
+            )
         x = self.embed(idx)
         if self.pos is not None:
             x = x + self.pos(torch.arange(start, end, device=idx.device))
@@ -166,8 +186,15 @@ def count_parameters(model: nn.Module) -> int:
 
 
 @torch.no_grad()
-def generate(model: GPT, prompt: bytes, length: int, temperature: float = 0.8, top_k: Optional[int] = None,
-             generator: Optional[torch.Generator] = None, use_cache: bool = True) -> bytes:
+def generate(
+    model: GPT,
+    prompt: bytes,
+    length: int,
+    temperature: float = 0.8,
+    top_k: Optional[int] = None,
+    generator: Optional[torch.Generator] = None,
+    use_cache: bool = True,
+) -> bytes:
     """``length`` bytes after ``prompt`` (temperature 0: greedy). With ``use_cache`` each new
     byte costs one position while the text fits the context; past it, the window slides and
     every step recomputes the last ``context`` bytes, as without the cache (so both agree)."""
@@ -176,7 +203,7 @@ def generate(model: GPT, prompt: bytes, length: int, temperature: float = 0.8, t
     past: Optional[list[KV]] = None
     for _ in range(length):
         if not use_cache or idx.shape[1] > model.context:
-            logits = model(idx[:, -model.context:])[0, -1].double()
+            logits = model(idx[:, -model.context :])[0, -1].double()
         else:
             out, past = model.cached(idx if past is None else idx[:, -1:], past)
             logits = out[0, -1].double()
@@ -187,4 +214,4 @@ def generate(model: GPT, prompt: bytes, length: int, temperature: float = 0.8, t
                 logits[logits < torch.topk(logits, min(top_k, VOCAB)).values[-1]] = -float("inf")
             nxt = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator)
         idx = torch.cat([idx, nxt.view(1, 1)], dim=1)
-    return bytes(idx[0, len(prompt or b"\n"):].tolist())
+    return bytes(idx[0, len(prompt or b"\n") :].tolist())

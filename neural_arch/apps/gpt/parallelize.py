@@ -35,7 +35,12 @@ import torch
 from torch import nn
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
-    ColwiseParallel, ParallelStyle, PrepareModuleInput, PrepareModuleInputOutput, PrepareModuleOutput, RowwiseParallel,
+    ColwiseParallel,
+    ParallelStyle,
+    PrepareModuleInput,
+    PrepareModuleInputOutput,
+    PrepareModuleOutput,
+    RowwiseParallel,
     SequenceParallel,
 )
 
@@ -65,8 +70,11 @@ def tensor_plan(module: nn.Module) -> TensorPlan:
         "blocks.*.mlp.2": RowwiseParallel(),
     }
     names = dict(module.named_parameters(remove_duplicate=False))
-    return TensorPlan(styles=styles, tied=(TIED,) if all(n in names for n in TIED) else (),
-                      sequence_parallel=sequence_parallel_styles(module))
+    return TensorPlan(
+        styles=styles,
+        tied=(TIED,) if all(n in names for n in TIED) else (),
+        sequence_parallel=sequence_parallel_styles(module),
+    )
 
 
 def sequence_parallel_styles(module: nn.Module) -> dict[str, ParallelStyle]:
@@ -87,8 +95,12 @@ def sequence_parallel_styles(module: nn.Module) -> dict[str, ParallelStyle]:
         styles[f"blocks.{names[-1]}"] = PrepareModuleOutput(output_layouts=shards, desired_output_layouts=whole)
     else:  # ... and its only block both cuts and gathers
         styles[f"blocks.{names[0]}"] = PrepareModuleInputOutput(
-            input_layouts=whole, desired_input_layouts=shards, use_local_input=False,
-            output_layouts=shards, desired_output_layouts=whole)
+            input_layouts=whole,
+            desired_input_layouts=shards,
+            use_local_input=False,
+            output_layouts=shards,
+            desired_output_layouts=whole,
+        )
         return styles
     # whole on every rank (the embedding's output or the previous stage's), cut locally
     styles[f"blocks.{names[0]}"] = PrepareModuleInput(input_layouts=whole, desired_input_layouts=shards)

@@ -21,9 +21,12 @@ PROMPTS = (b"def ", b"import os\n", b"class Parser:\n    ")
 SAMPLE_BYTES = 200
 SAMPLE_SEED = 1234
 TEMPERATURE = 0.8
-BASELINES = {"unigram": "unigram byte model (add-one, fitted on train)",
-             "bigram": "bigram byte model (add-one, fitted on train)",
-             "gzip": "gzip -9 of the validation text", "lzma": "lzma (preset 9) of the validation text"}
+BASELINES = {
+    "unigram": "unigram byte model (add-one, fitted on train)",
+    "bigram": "bigram byte model (add-one, fitted on train)",
+    "gzip": "gzip -9 of the validation text",
+    "lzma": "lzma (preset 9) of the validation text",
+}
 
 
 def _table(final: dict[str, float]) -> list[str]:
@@ -48,8 +51,9 @@ def _samples(model: nn.Module) -> list[str]:
     return out
 
 
-def write_report(run_dir: Path, task: Any, model: nn.Module, final: dict[str, float],
-                 throughput: dict[str, float]) -> Path:
+def write_report(
+    run_dir: Path, task: Any, model: nn.Module, final: dict[str, float], throughput: dict[str, float]
+) -> Path:
     """Write report.md and return its path."""
     cfg, bpb = task.cfg, final["val/bpb"]
     bigram = final.get("val/baseline/bigram_bpb", math.inf)
@@ -57,19 +61,27 @@ def write_report(run_dir: Path, task: Any, model: nn.Module, final: dict[str, fl
     manifest = task.corpus.manifest
     seconds = throughput["train_seconds"]
     lines = [
-        "# Byte-level GPT report", "",
+        "# Byte-level GPT report",
+        "",
         f"Validation bits per byte: **{bpb:.4f}**, {verdict} the bigram baseline ({bigram:.4f}); exact over all "
-        f"{int(final['val/bytes']):,} predicted bytes of the validation split.", "",
-        *_table(final), "",
+        f"{int(final['val/bytes']):,} predicted bytes of the validation split.",
+        "",
+        *_table(final),
+        "",
         f"Model: {task.parameters:,} parameters ({cfg.model.n_layers} blocks, d_model {cfg.model.d_model}, "
-        f"{cfg.model.n_heads} heads, context {cfg.model.context}, {cfg.model.positional} positions).", "",
+        f"{cfg.model.n_heads} heads, context {cfg.model.context}, {cfg.model.positional} positions).",
+        "",
         f"Corpus: {len(manifest['files']):,} files, {manifest['train_bytes']:,} training and "
-        f"{manifest['val_bytes']:,} validation bytes (source: {manifest['source'] or 'the standard library'}).", "",
+        f"{manifest['val_bytes']:,} validation bytes (source: {manifest['source'] or 'the standard library'}).",
+        "",
         f"Speed: {throughput['samples_per_s'] * cfg.model.context:,.0f} tokens (bytes)/s over "
         f"{int(throughput['steps'])} steps on {int(throughput['processes'])} process(es); wall time of training "
-        f"{seconds:.0f} s.", "",
-        "![loss (nats per byte; train and validation)](loss.png)", "",
-        f"## Samples ({SAMPLE_BYTES} bytes each, temperature {TEMPERATURE}, seed {SAMPLE_SEED})", "",
+        f"{seconds:.0f} s.",
+        "",
+        "![loss (nats per byte; train and validation)](loss.png)",
+        "",
+        f"## Samples ({SAMPLE_BYTES} bytes each, temperature {TEMPERATURE}, seed {SAMPLE_SEED})",
+        "",
         *_samples(model),
     ]
     path = run_dir / "report.md"

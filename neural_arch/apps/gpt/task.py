@@ -66,8 +66,10 @@ class GPTTask(Task):
     def data_missing(cls, cfg: Any) -> Optional[str]:
         path = Path(cfg.data.path)
         if not (path / "manifest.json").exists():
-            return (f"data.path={cfg.data.path!r}: no corpus there; create it with `neural-arch create-data "
-                    "--config FILE` or add --create-data to the train command")
+            return (
+                f"data.path={cfg.data.path!r}: no corpus there; create it with `neural-arch create-data "
+                "--config FILE` or add --create-data to the train command"
+            )
         stale = stale_reason(path, source_list(cfg.data), cfg.data.val_fraction)
         if stale:
             raise ConfigError(stale)  # never silently train on another corpus
@@ -79,8 +81,7 @@ class GPTTask(Task):
 
     @classmethod
     def create_data(cls, cfg: Any) -> Path:
-        return create_corpus(Path(cfg.data.path), source_list(cfg.data), cfg.data.val_fraction,
-                             cfg.model.context)
+        return create_corpus(Path(cfg.data.path), source_list(cfg.data), cfg.data.val_fraction, cfg.model.context)
 
     @classmethod
     def build_export(cls, state: dict[str, Any]) -> ExportSpec:
@@ -109,8 +110,10 @@ class GPTTask(Task):
         self.context = context = cfg.model.context
         smallest = min(len(self.corpus.train), len(self.corpus.val))
         if smallest < context + 1:
-            raise ConfigError(f"model.context={context} needs {context + 1} bytes per window but the corpus at "
-                              f"data.path={cfg.data.path!r} has a split of {smallest}: lower model.context")
+            raise ConfigError(
+                f"model.context={context} needs {context + 1} bytes per window but the corpus at "
+                f"data.path={cfg.data.path!r} has a split of {smallest}: lower model.context"
+            )
         self.train_size = cfg.data.samples_per_epoch
         self.val_size = math.ceil((len(self.corpus.val) - 1) / context)
         self.baselines: dict[str, float] = {}
@@ -127,12 +130,22 @@ class GPTTask(Task):
     def build_model(self) -> nn.Module:
         torch.manual_seed(self.cfg.run.seed)  # the same initial weights on every rank
         m = self.cfg.model
-        model = GPT(d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads, mlp_ratio=m.mlp_ratio,
-                    dropout=m.dropout, positional=m.positional, context=m.context)
+        model = GPT(
+            d_model=m.d_model,
+            n_layers=m.n_layers,
+            n_heads=m.n_heads,
+            mlp_ratio=m.mlp_ratio,
+            dropout=m.dropout,
+            positional=m.positional,
+            context=m.context,
+        )
         self.parameters = count_parameters(model)
         if nd.get_rank() == 0:
-            print(f"gpt: {self.parameters:,} parameters ({m.n_layers} blocks, d_model {m.d_model}, "
-                  f"context {m.context}, {m.positional} positions)", flush=True)
+            print(
+                f"gpt: {self.parameters:,} parameters ({m.n_layers} blocks, d_model {m.d_model}, "
+                f"context {m.context}, {m.positional} positions)",
+                flush=True,
+            )
         return model.to(PARAM_DTYPES[self.cfg.training.precision])
 
     def batch(self, split: str, ids: torch.Tensor, device: torch.device) -> dict[str, torch.Tensor]:
@@ -155,8 +168,9 @@ class GPTTask(Task):
     def _nats_of(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()  # the softmax of half-precision logits loses bits per byte
-        nats = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE,
-                               reduction="none")
+        nats = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE, reduction="none"
+        )
         return nats.view(y.shape)
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -40,7 +40,10 @@ class IceNetDataConfig:
 RANGES: dict[str, RangeRule] = {
     "model.widths": ((lambda v: all(w >= 1 for w in v)), "a list of positive channel counts"),
     "model.dropout": ((lambda v: 0 <= v < 1), "in [0, 1)"),
-    "data.grid": at_least(8), "data.years": at_least(2), "data.val_years": at_least(1), "data.lags": at_least(1),
+    "data.grid": at_least(8),
+    "data.years": at_least(2),
+    "data.val_years": at_least(1),
+    "data.lags": at_least(1),
     "data.leads": at_least(1),
 }
 
@@ -49,8 +52,10 @@ def validate_data(cfg: Any) -> None:
     """The store needs a path, and the validation years must leave training years."""
     data = cfg.data
     if data.path is None:
-        raise ConfigError("data.path=null but run.task is 'icenet': set data.path to the zarr store "
-                          "(created by `neural-arch create-data --config FILE`)")
+        raise ConfigError(
+            "data.path=null but run.task is 'icenet': set data.path to the zarr store "
+            "(created by `neural-arch create-data --config FILE`)"
+        )
     if data.val_years >= data.years:
         raise ConfigError(f"data.val_years={data.val_years} must be smaller than data.years={data.years}")
 

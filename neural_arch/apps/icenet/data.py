@@ -37,10 +37,19 @@ import numpy as np
 import torch
 import xarray as xr
 
-from neural_arch.apps.icenet.synth import IceNetSpec, create_dataset, init_store, train_months, write_months
+from neural_arch.apps.icenet.store_writer import create_dataset, init_store, write_months
+from neural_arch.apps.icenet.synth import IceNetSpec, train_months
 from neural_arch.apps.icenet.validate import FIELDS, check_layout, check_values
 
-__all__ = ["IceNetSpec", "IceNetData", "check_store", "create_dataset", "init_store", "write_months", "CLASS_THRESHOLDS"]
+__all__ = [
+    "IceNetSpec",
+    "IceNetData",
+    "check_store",
+    "create_dataset",
+    "init_store",
+    "write_months",
+    "CLASS_THRESHOLDS",
+]
 
 CREATE_HINT = "create it with `neural-arch create-data --config configs/icenet.yaml` (or train with --create-data)"
 CLASS_THRESHOLDS = (0.15, 0.8)  # open water < 0.15 <= marginal ice < 0.8 <= full ice
@@ -53,7 +62,9 @@ def _open(path: Path) -> xr.Dataset:
     try:  # chunks=None: lazily indexed arrays, nothing is read until a month is asked for
         return xr.open_dataset(path, engine="zarr", chunks=None)
     except Exception as exc:  # noqa: BLE001 - xarray/zarr raise many types for a damaged store
-        raise ValueError(f"IceNet data at {path} cannot be opened ({type(exc).__name__}: {exc}); {CREATE_HINT}") from exc
+        raise ValueError(
+            f"IceNet data at {path} cannot be opened ({type(exc).__name__}: {exc}); {CREATE_HINT}"
+        ) from exc
 
 
 def check_store(path: Union[str, Path]) -> IceNetSpec:
@@ -76,7 +87,9 @@ def _resolve_spec(ds: xr.Dataset, path: Path, spec: Optional[IceNetSpec]) -> Ice
     if spec is None:
         missing = [k for k in names if k not in stored]
         if missing:
-            raise ValueError(f"IceNet data at {path} lacks attributes {missing}; pass spec= or recreate it ({CREATE_HINT}).")
+            raise ValueError(
+                f"IceNet data at {path} lacks attributes {missing}; pass spec= or recreate it ({CREATE_HINT})."
+            )
         spec = IceNetSpec(**stored)
     differ = {k: (stored[k], getattr(spec, k)) for k in STORE_FIELDS if k in stored and stored[k] != getattr(spec, k)}
     if differ:
@@ -84,16 +97,24 @@ def _resolve_spec(ds: xr.Dataset, path: Path, spec: Optional[IceNetSpec]) -> Ice
         raise ValueError(f"IceNet data at {path} was made with a different spec ({text}); recreate it ({CREATE_HINT}).")
     shape, want = tuple(ds["siconca"].shape), (spec.months, spec.grid, spec.grid)
     if shape != want:
-        raise ValueError(f"IceNet data at {path}: siconca has shape {shape} (time, yc, xc), expected {want} "
-                         f"for grid={spec.grid}, years={spec.years}; {CREATE_HINT}")
+        raise ValueError(
+            f"IceNet data at {path}: siconca has shape {shape} (time, yc, xc), expected {want} "
+            f"for grid={spec.grid}, years={spec.years}; {CREATE_HINT}"
+        )
     return spec
 
 
 class IceNetData:
     """One split of the IceNet dataset at ``path``; see the module docstring."""
 
-    def __init__(self, path: Union[str, Path], split: Literal["train", "val"], spec: Optional[IceNetSpec] = None,
-                 *, cache_mb: float = 256.0) -> None:
+    def __init__(
+        self,
+        path: Union[str, Path],
+        split: Literal["train", "val"],
+        spec: Optional[IceNetSpec] = None,
+        *,
+        cache_mb: float = 256.0,
+    ) -> None:
         if split not in ("train", "val"):
             raise ValueError(f"IceNetData: split={split!r} must be 'train' or 'val'.")
         self.path, self.split = Path(path), split
@@ -107,8 +128,13 @@ class IceNetData:
         inits = np.arange(s.lags - 1, len(self.times) - s.leads)
         self.init_months = inits[inits < first_val] if split == "train" else inits[inits >= first_val]
         """Time index of each sample's init month t, in sample-id order."""
-        self.channels = ([f"siconca_t{-lag if lag else 0}" for lag in range(s.lags)]
-                         + ["tas_anom_t0", "tos_anom_t0", "month_sin", "month_cos", "land"])
+        self.channels = [f"siconca_t{-lag if lag else 0}" for lag in range(s.lags)] + [
+            "tas_anom_t0",
+            "tos_anom_t0",
+            "month_sin",
+            "month_cos",
+            "land",
+        ]
         self._land = self._ds["land_mask"].values.astype(bool)
         self.land_mask = torch.from_numpy(self._land.copy())
         self.active_mask = ~self.land_mask
@@ -136,12 +162,16 @@ class IceNetData:
             try:  # indexing the lazy variable reads exactly one chunk: month t
                 values = np.asarray(self._ds[name].variable[t].values, dtype=np.float32)
             except Exception as exc:  # noqa: BLE001 - report which chunk is damaged
-                raise ValueError(f"IceNet data at {self.path}: cannot read {name} for month {self.month_label(t)} "
-                                 f"({type(exc).__name__}: {exc}); recreate it ({CREATE_HINT}).") from exc
+                raise ValueError(
+                    f"IceNet data at {self.path}: cannot read {name} for month {self.month_label(t)} "
+                    f"({type(exc).__name__}: {exc}); recreate it ({CREATE_HINT})."
+                ) from exc
             if not np.isfinite(values).all():
                 bad = int((~np.isfinite(values)).sum())
-                raise ValueError(f"IceNet data at {self.path}: {name} has {bad} NaN/inf values in month "
-                                 f"{self.month_label(t)}; the store is incomplete or damaged, recreate it ({CREATE_HINT}).")
+                raise ValueError(
+                    f"IceNet data at {self.path}: {name} has {bad} NaN/inf values in month "
+                    f"{self.month_label(t)}; the store is incomplete or damaged, recreate it ({CREATE_HINT})."
+                )
             month[name] = values
         return self._remember(t, month)
 
@@ -172,8 +202,11 @@ class IceNetData:
         """float32 [12, H, W]: mean SIC per calendar month (0 = January) over the train years."""
         if self._climatology is None:
             stored = self._ds.variables.get("siconca_climatology")
-            if (stored is not None and self._ds.attrs.get("val_years") == self.spec.val_years
-                    and stored.shape == (12, self.spec.grid, self.spec.grid)):
+            if (
+                stored is not None
+                and self._ds.attrs.get("val_years") == self.spec.val_years
+                and stored.shape == (12, self.spec.grid, self.spec.grid)
+            ):
                 self._climatology = np.asarray(stored.values, dtype=np.float32)
             else:  # same summation order as at creation, so the same bits
                 total = np.zeros((12, self.spec.grid, self.spec.grid))
@@ -189,8 +222,10 @@ class IceNetData:
             raise ValueError(f"IceNetData.load: ids must be integers, got {list(ids)[:5]!r}.") from exc
         bad = out[(out < 0) | (out >= len(self))]
         if bad.size:
-            raise ValueError(f"IceNetData.load: sample ids {bad[:5].tolist()} out of range for the "
-                             f"{self.split} split of {len(self)} samples.")
+            raise ValueError(
+                f"IceNetData.load: sample ids {bad[:5].tolist()} out of range for the "
+                f"{self.split} split of {len(self)} samples."
+            )
         return out
 
     def load(self, ids: Sequence[int]) -> dict[str, torch.Tensor]:
@@ -209,8 +244,15 @@ class IceNetData:
             for lag in range(s.lags):
                 x[j, lag] = months[t - lag]["siconca"]
             angle = 2 * np.pi * self._calendar[t + 1] / 12  # calendar month of the first forecast month
-            x[j, s.lags:] = np.stack([months[t]["tas_anom"], months[t]["tos_anom"], np.full((h, w), np.sin(angle)),
-                                      np.full((h, w), np.cos(angle)), self._land.astype(np.float32)])
+            x[j, s.lags :] = np.stack(
+                [
+                    months[t]["tas_anom"],
+                    months[t]["tos_anom"],
+                    np.full((h, w), np.sin(angle)),
+                    np.full((h, w), np.cos(angle)),
+                    self._land.astype(np.float32),
+                ]
+            )
             for k in range(s.leads):
                 target[j, k] = months[t + 1 + k]["siconca"]
                 clim[j, k] = climatology[self._calendar[t + 1 + k]]
@@ -230,4 +272,3 @@ class IceNetData:
 
     def __repr__(self) -> str:
         return f"IceNetData({str(self.path)!r}, split={self.split!r}, samples={len(self)}, spec={asdict(self.spec)})"
-

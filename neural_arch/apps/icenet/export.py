@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from neural_arch.apps.icenet.model import IceNetUNet
 from neural_arch.export import ExportSpec, NormalizedForecaster, normalization
 
@@ -20,8 +21,12 @@ def build_from_state(state: dict[str, Any]) -> ExportSpec:
     config = state.get("config", {})
     model_cfg, data_cfg = config.get("model", {}), config.get("data", {})
     mean, std = normalization(state)
-    model = IceNetUNet(len(mean), leads=int(data_cfg["leads"]), widths=tuple(model_cfg["widths"]),
-                       dropout=float(model_cfg.get("dropout", 0.0)))
+    model = IceNetUNet(
+        len(mean),
+        leads=int(data_cfg["leads"]),
+        widths=tuple(model_cfg["widths"]),
+        dropout=float(model_cfg.get("dropout", 0.0)),
+    )
     model.load_state_dict(state["model"])
     grid = int(data_cfg["grid"])
     noise = torch.randn(2, len(mean), grid, grid, generator=torch.Generator().manual_seed(0))

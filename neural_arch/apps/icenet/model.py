@@ -2,8 +2,10 @@
 
 Try it::
 
-    python -c "import torch; from neural_arch.apps.icenet.model import IceNetUNet; print(IceNetUNet(5)(torch.randn(2, 5, 15, 17)).shape)"
-    # torch.Size([2, 3, 3, 15, 17])
+    >>> import torch
+    >>> from neural_arch.apps.icenet.model import IceNetUNet
+    >>> IceNetUNet(5)(torch.randn(2, 5, 15, 17)).shape
+    torch.Size([2, 3, 3, 15, 17])
 
 The model maps ``[n, in_channels, H, W]`` input fields to logits ``[n, leads, classes, H, W]``:
 for each forecast lead, a distribution over sea-ice concentration (SIC) classes per grid
@@ -29,7 +31,7 @@ Two choices matter for distributed exactness (N ranks must compute what one proc
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -119,9 +121,7 @@ class IceNetUNet(nn.Module):
             ConvBlock(c_in, c_out, dropout if i == last else 0.0)
             for i, (c_in, c_out) in enumerate(zip([in_channels] + widths[:-1], widths))
         )
-        self.up = nn.ModuleList(
-            UpBlock(widths[i + 1], widths[i], widths[i]) for i in reversed(range(last))
-        )
+        self.up = nn.ModuleList(UpBlock(widths[i + 1], widths[i], widths[i]) for i in reversed(range(last)))
         self.head = nn.Conv2d(widths[0], leads * classes, 1)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -131,7 +131,7 @@ class IceNetUNet(nn.Module):
         pad_h = (self.multiple - h % self.multiple) % self.multiple
         pad_w = (self.multiple - w % self.multiple) % self.multiple
         x = F.pad(x, [0, pad_w, 0, pad_h])
-        skips: List[Tensor] = []
+        skips: list[Tensor] = []
         for i, block in enumerate(self.down):
             if i > 0:
                 x = F.max_pool2d(x, 2)
@@ -179,8 +179,10 @@ def masked_weighted_cross_entropy(
     logp = torch.log_softmax(logits[:, :, :, active_mask], dim=2)  # [n, leads, C, A]
     target = target_class[:, :, active_mask].long()  # [n, leads, A]
     if target.numel() > 0 and (int(target.min()) < 0 or int(target.max()) >= classes):
-        raise ValueError(f"target_class on active cells must be in [0, {classes}), got "
-                         f"values in [{int(target.min())}, {int(target.max())}].")
+        raise ValueError(
+            f"target_class on active cells must be in [0, {classes}), got "
+            f"values in [{int(target.min())}, {int(target.max())}]."
+        )
     nll = -logp.gather(2, target.unsqueeze(2)).squeeze(2)  # [n, leads, A]
     if class_weights is not None:
         nll = nll * class_weights.to(nll.dtype)[target]

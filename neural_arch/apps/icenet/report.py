@@ -13,11 +13,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from neural_arch.apps.icenet.model import ice_probability
 from neural_arch.apps.icenet.metrics import sic_to_ice
+from neural_arch.apps.icenet.model import ice_probability
 
-LABELS = {"binary_accuracy": ("binary accuracy", "{:.2%}"), "sie_error_km2": ("SIE error (km²)", "{:,.0f}"),
-          "iiee_km2": ("IIEE (km²)", "{:,.0f}")}
+LABELS = {
+    "binary_accuracy": ("binary accuracy", "{:.2%}"),
+    "sie_error_km2": ("SIE error (km²)", "{:,.0f}"),
+    "iiee_km2": ("IIEE (km²)", "{:,.0f}"),
+}
 
 
 def _table(final: dict[str, float], leads: int) -> list[str]:
@@ -64,9 +67,11 @@ def plot_forecast(path: Path, task: Any, model: nn.Module) -> None:
     for row, lead in enumerate(leads):
         true_ice = sic_to_ice(truth[lead]).float()
         pred_ice = (prob[lead] > 0.5).float()
-        panels = [(truth[lead], "Blues_r", f"truth: ice concentration, lead {lead + 1}", (0, 1)),
-                  (prob[lead], "Blues_r", f"forecast: P(ice), lead {lead + 1}", (0, 1)),
-                  (pred_ice - true_ice, errors, "error: red = false ice, blue = missed ice", (-1, 1))]
+        panels = [
+            (truth[lead], "Blues_r", f"truth: ice concentration, lead {lead + 1}", (0, 1)),
+            (prob[lead], "Blues_r", f"forecast: P(ice), lead {lead + 1}", (0, 1)),
+            (pred_ice - true_ice, errors, "error: red = false ice, blue = missed ice", (-1, 1)),
+        ]
         for ax, (field, cmap, title, (lo, hi)) in zip(axes[row], panels):
             shown = np.ma.masked_where(land.numpy(), field.numpy())
             ax.imshow(shown, cmap=cmap, vmin=lo, vmax=hi)
@@ -81,26 +86,37 @@ def plot_forecast(path: Path, task: Any, model: nn.Module) -> None:
     plt.close(fig)
 
 
-def write_report(run_dir: Path, task: Any, model: nn.Module, final: dict[str, float], throughput: dict[str, float]) -> Path:
+def write_report(
+    run_dir: Path, task: Any, model: nn.Module, final: dict[str, float], throughput: dict[str, float]
+) -> Path:
     """Write report.md (+ forecast.png) and return its path."""
     leads = task.cfg.data.leads
     plot_forecast(run_dir / "forecast.png", task, model)
     ours, persistence = mean_accuracy(final, "model", leads), mean_accuracy(final, "persistence", leads)
     verdict = "beats" if ours > persistence else "does NOT beat"
     lines = [
-        "# Sea-ice forecast report", "",
+        "# Sea-ice forecast report",
+        "",
         f"The U-Net {verdict} persistence on validation binary accuracy: {ours:.2%} vs {persistence:.2%} "
-        f"(mean over {leads} lead months; climatology {mean_accuracy(final, 'climatology', leads):.2%}).", "",
+        f"(mean over {leads} lead months; climatology {mean_accuracy(final, 'climatology', leads):.2%}).",
+        "",
         f"Validation: {task.val_size} forecasts; training: {task.train_size} forecasts on a "
         f"{task.cfg.data.grid}x{task.cfg.data.grid} grid of {task.train.cell_area_km2:,.0f} km² cells; "
-        f"validation loss {final['val/loss']:.4f}.", "",
-        *_table(final, leads), "",
+        f"validation loss {final['val/loss']:.4f}.",
+        "",
+        *_table(final, leads),
+        "",
         "Binary accuracy: share of active (ocean) cells where the forecast gets ice (concentration >= 15%) right. "
         "SIE error: mean absolute error of the sea-ice extent per forecast. IIEE: integrated ice-edge error, "
-        "the area where forecast and truth disagree about ice, per forecast.", "",
-        "![forecast maps](forecast.png)", "", "![loss](loss.png)", "",
+        "the area where forecast and truth disagree about ice, per forecast.",
+        "",
+        "![forecast maps](forecast.png)",
+        "",
+        "![loss](loss.png)",
+        "",
         f"Scaling: {int(throughput['processes'])} process(es), {throughput['samples_per_s']:.1f} samples/s "
-        "(training throughput of this run; see benchmarks/icenet_scaling.py for the comparison).", "",
+        "(training throughput of this run; see benchmarks/icenet_scaling.py for the comparison).",
+        "",
     ]
     path = run_dir / "report.md"
     path.write_text("\n".join(lines))

@@ -1,4 +1,4 @@
-"""Synthetic IceNet-style sea-ice data: the physics, and writing it to a zarr store.
+"""Synthetic IceNet-style sea-ice data: the physics (store_writer.py writes it to a zarr store).
 
 Try it: ``python -c "from neural_arch.apps.icenet.data import IceNetSpec, create_dataset;
 print(create_dataset('/tmp/icenet.zarr', IceNetSpec()))"`` (a few seconds; read it back with
@@ -26,14 +26,9 @@ and the train-years climatology; ``write_months`` (every rank) fills month i on 
 
 from __future__ import annotations
 
-import warnings
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Union
+from dataclasses import dataclass
 
 import numpy as np
-import xarray as xr
-import zarr
 
 SOURCE = "neural_arch synthetic IceNet-style data"
 VARIABLES = {  # name -> (units, long_name)
@@ -147,11 +142,15 @@ def make_drivers(spec: IceNetSpec) -> Drivers:
     _, theta = _polar(spec)
     rng = np.random.default_rng([spec.seed, 1])
     phase = rng.uniform(0, 2 * np.pi, size=3)
-    modes = np.stack([
-        np.full_like(theta, 0.7),  # basin-wide
-        np.cos(theta + phase[0]), np.sin(theta + phase[0]),  # one side vs the other
-        np.cos(2 * theta + phase[1]), np.sin(2 * theta + phase[1]),
-    ])
+    modes = np.stack(
+        [
+            np.full_like(theta, 0.7),  # basin-wide
+            np.cos(theta + phase[0]),
+            np.sin(theta + phase[0]),  # one side vs the other
+            np.cos(2 * theta + phase[1]),
+            np.sin(2 * theta + phase[1]),
+        ]
+    )
     edge_shape = 0.06 * np.cos(theta + phase[2]) + 0.03 * np.cos(2 * theta - phase[2])
     steps, k = BURN_IN + spec.months, len(modes)
     eps = rng.standard_normal((steps, 3, k))
@@ -159,8 +158,9 @@ def make_drivers(spec: IceNetSpec) -> Drivers:
     for n in range(1, steps):  # explicit loop: the same float64 operations on every rank
         ocean[n] = OCEAN_PHI * ocean[n - 1] + np.sqrt(1 - OCEAN_PHI**2) * eps[n, 0]
         air[n] = AIR_PHI * air[n - 1] + np.sqrt(1 - AIR_PHI**2) * eps[n, 1]
-        ice[n] = (ICE_PHI * ice[n - 1] - ICE_FROM_AIR * air[n - 1] - ICE_FROM_OCEAN * ocean[n - 1]
-                  + ICE_NOISE * eps[n, 2])
+        ice[n] = (
+            ICE_PHI * ice[n - 1] - ICE_FROM_AIR * air[n - 1] - ICE_FROM_OCEAN * ocean[n - 1] + ICE_NOISE * eps[n, 2]
+        )
     keep = slice(BURN_IN, None)
     return Drivers(ice[keep], air[keep], ocean[keep], modes, edge_shape)
 
@@ -172,8 +172,13 @@ def render_month(spec: IceNetSpec, drivers: Drivers, land: np.ndarray, n: int) -
     summer = (1 - season) / 2
     years = n / 12
     anomaly = np.tensordot(drivers.ice[n], drivers.modes, axes=1)
-    edge = (EDGE_MEAN + EDGE_SEASON * season - (TREND_WINTER + TREND_SUMMER_EXTRA * summer) * years
-            + drivers.edge_shape + EDGE_ANOM * (0.7 + 0.6 * summer) * anomaly)  # thin summer ice reacts more
+    edge = (
+        EDGE_MEAN
+        + EDGE_SEASON * season
+        - (TREND_WINTER + TREND_SUMMER_EXTRA * summer) * years
+        + drivers.edge_shape
+        + EDGE_ANOM * (0.7 + 0.6 * summer) * anomaly
+    )  # thin summer ice reacts more
     ramp = np.clip(0.5 + (edge - r) / EDGE_WIDTH, 0.0, 1.0)
     noise = np.random.default_rng([spec.seed, 2, n]).standard_normal((3,) + r.shape)
     # Noise only where there is ice, strongest in the marginal zone: open water stays exactly 0.
@@ -188,89 +193,3 @@ def render_month(spec: IceNetSpec, drivers: Drivers, land: np.ndarray, n: int) -
 def train_months(spec: IceNetSpec, val_years: int) -> np.ndarray:
     """Time indices of the months in the training years (all but the last ``val_years``)."""
     return np.arange(12 * (spec.years - val_years))
-
-
-def _check_target(path: Path) -> None:
-    # mode="w" empties the directory: refuse anything that is not (an old) zarr store.
-    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / "zarr.json").exists())):
-        raise ValueError(f"{path} exists and is not a zarr store; refusing to overwrite it. Choose another data path.")
-
-
-def init_store(path: Union[str, Path], spec: IceNetSpec) -> None:
-    """Rank 0: create the store with metadata, coordinates, land mask and climatology."""
-    path = Path(path)
-    _check_target(path)
-    land = make_land_mask(spec)
-    drivers = make_drivers(spec)
-    # The train-years climatology is what readers compare against; storing it means no reader
-    # has to read every training month. Rendering those months here is cheap (ms each).
-    total = np.zeros((12, spec.grid, spec.grid))
-    for n in train_months(spec, spec.val_years):
-        total[n % 12] += render_month(spec, drivers, land, n)["siconca"]
-    climatology = (total / (spec.years - spec.val_years)).astype(np.float32)
-    ds = xr.Dataset(
-        data_vars={
-            "land_mask": (("yc", "xc"), land.astype(np.uint8), {"long_name": "land mask (1 = land, 0 = ocean)", "units": "1"}),
-            "siconca_climatology": (("month", "yc", "xc"), climatology, {
-                "long_name": "mean sea-ice concentration per calendar month over the training years",
-                "units": "1", "years": f"{spec.start_year}-{spec.start_year + spec.years - spec.val_years - 1}"}),
-        },
-        coords={
-            "time": ("time", month_starts(spec), {"long_name": "start of month"}),
-            "yc": ("yc", coords_km(spec), {"units": "km", "long_name": "y distance from the pole"}),
-            "xc": ("xc", coords_km(spec), {"units": "km", "long_name": "x distance from the pole"}),
-            "month": ("month", np.arange(1, 13, dtype=np.int32), {"long_name": "calendar month"}),
-        },
-        attrs={**asdict(spec), "title": "Synthetic IceNet-style monthly sea-ice dataset", "source": SOURCE},
-    )
-    encoding = {"time": {"units": f"days since {spec.start_year:04d}-01-01", "calendar": "proleptic_gregorian", "dtype": "int64"}}
-    with warnings.catch_warnings():  # zarr warns that consolidated metadata is not (yet) in the v3 spec
-        warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
-        ds.to_zarr(path, mode="w", consolidated=True, encoding=encoding)
-        group = zarr.open_group(path, mode="r+")
-        for name, (units, long_name) in VARIABLES.items():
-            # NaN fill: a month no rank wrote reads as NaN, which readers report clearly.
-            group.create_array(name, shape=(spec.months, spec.grid, spec.grid), chunks=(1, spec.grid, spec.grid),
-                               dtype="float32", fill_value=np.nan, dimension_names=("time", "yc", "xc"),
-                               attributes={"units": units, "long_name": long_name})
-        zarr.consolidate_metadata(path)
-
-
-def _open_for_writing(path: Path, spec: IceNetSpec) -> zarr.Group:
-    hint = "rank 0 must call init_store(path, spec) (and all ranks barrier) before write_months"
-    if not (path / "zarr.json").exists():
-        raise ValueError(f"no IceNet store at {path}; {hint}.")
-    group = zarr.open_group(path, mode="r+")
-    found = {k: group.attrs.get(k) for k in asdict(spec)}
-    if found != asdict(spec):
-        raise ValueError(f"IceNet store at {path} was created with {found}, not {asdict(spec)}; {hint}.")
-    return group
-
-
-def write_months(path: Union[str, Path], spec: IceNetSpec, rank: int, world_size: int) -> None:
-    """Every rank: render and write months ``rank, rank + world_size, ...`` (one chunk each)."""
-    if not 0 <= rank < world_size:
-        raise ValueError(f"write_months: rank={rank} must be in [0, world_size={world_size}).")
-    group = _open_for_writing(Path(path), spec)
-    land, drivers = make_land_mask(spec), make_drivers(spec)
-    mine = range(rank, spec.months, world_size)
-    for start in range(0, len(mine), WRITE_BLOCK):
-        block = mine[start:start + WRITE_BLOCK]
-        fields = [render_month(spec, drivers, land, n) for n in block]
-        where = slice(block.start, block.stop, block.step)  # strided: one call writes many chunks concurrently
-        for name in VARIABLES:
-            group[name][where] = np.stack([f[name] for f in fields])
-
-
-def create_dataset(path: Union[str, Path], spec: IceNetSpec, *, rank: int = 0, world_size: int = 1) -> Path:
-    """Create the whole store (``world_size=1``), or this rank's part of it.
-
-    With ``world_size > 1`` rank 0 creates the store and writes its months; other ranks only
-    write theirs, so they must start after rank 0's ``init_store`` finished. Callers with a
-    process group use ``init_store`` / ``barrier()`` / ``write_months`` instead.
-    """
-    path = Path(path)
-    if rank == 0:
-        init_store(path, spec)
-    write_months(path, spec, rank, world_size)
-    return path

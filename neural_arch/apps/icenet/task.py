@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 import neural_arch.distributed as nd
-from neural_arch.apps.icenet.data import IceNetData, IceNetSpec, check_store, init_store, write_months
-from neural_arch.apps.icenet.model import IceNetUNet, ice_probability, masked_weighted_cross_entropy
 from neural_arch.apps.icenet import metrics as sm
 from neural_arch.apps.icenet.config import SECTIONS
+from neural_arch.apps.icenet.data import IceNetData, IceNetSpec, check_store, init_store, write_months
+from neural_arch.apps.icenet.model import IceNetUNet, ice_probability, masked_weighted_cross_entropy
 from neural_arch.export import ExportSpec
 from neural_arch.training.task import Task
 from neural_arch.training.typed_config import ConfigError
@@ -36,8 +36,9 @@ FORECASTERS = ("model", "persistence", "climatology")
 def spec_from_config(cfg: Any) -> IceNetSpec:
     """The dataset description the config asks for."""
     data = cfg.data
-    return IceNetSpec(grid=data.grid, years=data.years, seed=cfg.run.seed, lags=data.lags, leads=data.leads,
-                      val_years=data.val_years)
+    return IceNetSpec(
+        grid=data.grid, years=data.years, seed=cfg.run.seed, lags=data.lags, leads=data.leads, val_years=data.val_years
+    )
 
 
 def create_data(cfg: Any) -> Path:
@@ -71,8 +72,10 @@ class IceNetTask(Task):
             except ValueError as exc:
                 raise ConfigError(f"data.path={cfg.data.path!r}: {exc}") from None
             return None
-        return (f"data.path={cfg.data.path!r}: no IceNet data there; create it with `neural-arch create-data "
-                "--config FILE` or add --create-data to the train command")
+        return (
+            f"data.path={cfg.data.path!r}: no IceNet data there; create it with `neural-arch create-data "
+            "--config FILE` or add --create-data to the train command"
+        )
 
     @classmethod
     def create_data(cls, cfg: Any) -> Path:
@@ -103,14 +106,18 @@ class IceNetTask(Task):
         weights = counts.sum() / (3 * counts.clamp(min=1))  # inverse frequency, mean 1 when balanced
         self.class_weights = (weights / weights.mean()).float()
         if rank == 0:
-            normalization_path(self.path).write_text(json.dumps(
-                {"channels": self.train.channels, "mean": self.mean.tolist(), "std": self.std.tolist()}, indent=2))
+            normalization_path(self.path).write_text(
+                json.dumps(
+                    {"channels": self.train.channels, "mean": self.mean.tolist(), "std": self.std.tolist()}, indent=2
+                )
+            )
 
     def build_model(self) -> nn.Module:
         torch.manual_seed(self.cfg.run.seed)
         model = self.cfg.model
-        return IceNetUNet(len(self.train.channels), leads=self.cfg.data.leads, widths=tuple(model.widths),
-                          dropout=model.dropout)
+        return IceNetUNet(
+            len(self.train.channels), leads=self.cfg.data.leads, widths=tuple(model.widths), dropout=model.dropout
+        )
 
     def batch(self, split: str, ids: torch.Tensor, device: torch.device) -> dict[str, torch.Tensor]:
         data = self.train if split == "train" else self.val
@@ -120,19 +127,30 @@ class IceNetTask(Task):
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = model(batch["x"]).float()
-        return masked_weighted_cross_entropy(logits, batch["target_class"], self.active.to(logits.device),
-                                             self.class_weights.to(logits.device))
+        return masked_weighted_cross_entropy(
+            logits, batch["target_class"], self.active.to(logits.device), self.class_weights.to(logits.device)
+        )
 
     def eval_sums(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = model(batch["x"]).float()
         active = self.active.to(logits.device)
-        loss = masked_weighted_cross_entropy(logits, batch["target_class"], active, self.class_weights.to(logits.device))
-        preds = {"model": ice_probability(logits) > 0.5,
-                 "persistence": sm.sic_to_ice(batch["persistence_sic"]),
-                 "climatology": sm.sic_to_ice(batch["climatology_sic"])}
-        parts = [torch.stack([loss.double().sum(), torch.tensor(float(len(loss)), dtype=torch.float64, device=loss.device)]).cpu()]
+        loss = masked_weighted_cross_entropy(
+            logits, batch["target_class"], active, self.class_weights.to(logits.device)
+        )
+        preds = {
+            "model": ice_probability(logits) > 0.5,
+            "persistence": sm.sic_to_ice(batch["persistence_sic"]),
+            "climatology": sm.sic_to_ice(batch["climatology_sic"]),
+        }
+        parts = [
+            torch.stack(
+                [loss.double().sum(), torch.tensor(float(len(loss)), dtype=torch.float64, device=loss.device)]
+            ).cpu()
+        ]
         for name in FORECASTERS:
-            parts.append(sm.seaice_sums(preds[name], batch["target_sic"], active, self.train.cell_area_km2).reshape(-1).cpu())
+            parts.append(
+                sm.seaice_sums(preds[name], batch["target_sic"], active, self.train.cell_area_km2).reshape(-1).cpu()
+            )
         return torch.cat(parts)
 
     def finalize(self, sums: torch.Tensor) -> dict[str, float]:
@@ -146,8 +164,10 @@ class IceNetTask(Task):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"normalization": {"mean": self.mean, "std": self.std, "channels": list(self.train.channels)},
-                "class_weights": self.class_weights}
+        return {
+            "normalization": {"mean": self.mean, "std": self.std, "channels": list(self.train.channels)},
+            "class_weights": self.class_weights,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "normalization" in state:

@@ -29,25 +29,32 @@ def check_layout(ds: xr.Dataset, path: Path) -> None:
     expected = {**{name: ("time", "yc", "xc") for name in FIELDS}, "land_mask": ("yc", "xc")}
     for name, dims in expected.items():
         if name not in ds.variables:
-            raise ValueError(f"IceNet data at {path} has no variable {name!r} (found {sorted(ds.data_vars)}); "
-                             f"{FIX_HINT}")
+            raise ValueError(
+                f"IceNet data at {path} has no variable {name!r} (found {sorted(ds.data_vars)}); {FIX_HINT}"
+            )
         if ds[name].dims != dims:
             raise ValueError(f"IceNet data at {path}: {name} has dims {ds[name].dims}, expected {dims}; {FIX_HINT}")
     for name in FIELDS:
         if not np.issubdtype(ds[name].dtype, np.floating):
-            raise ValueError(f"IceNet data at {path}: {name} has dtype {ds[name].dtype}, expected a float type "
-                             f"(float32 or float64); {FIX_HINT}")
+            raise ValueError(
+                f"IceNet data at {path}: {name} has dtype {ds[name].dtype}, expected a float type "
+                f"(float32 or float64); {FIX_HINT}"
+            )
     if not (np.issubdtype(ds["land_mask"].dtype, np.number) or ds["land_mask"].dtype == bool):
-        raise ValueError(f"IceNet data at {path}: land_mask has dtype {ds['land_mask'].dtype}, expected 0/1 numbers "
-                         f"(uint8, bool or float); {FIX_HINT}")
+        raise ValueError(
+            f"IceNet data at {path}: land_mask has dtype {ds['land_mask'].dtype}, expected 0/1 numbers "
+            f"(uint8, bool or float); {FIX_HINT}"
+        )
     if "time" not in ds.coords or not np.issubdtype(ds["time"].dtype, np.datetime64):
         raise ValueError(f"IceNet data at {path} has no datetime 'time' coordinate; {FIX_HINT}")
     months = ds["time"].values.astype("datetime64[M]").astype(np.int64)
     gaps = np.flatnonzero(np.diff(months) != 1)
     if gaps.size:
         t = int(gaps[0])
-        raise ValueError(f"IceNet data at {path}: time is not consecutive months ({_month(ds, t)} is followed by "
-                         f"{_month(ds, t + 1)}); one entry per calendar month is expected; {FIX_HINT}")
+        raise ValueError(
+            f"IceNet data at {path}: time is not consecutive months ({_month(ds, t)} is followed by "
+            f"{_month(ds, t + 1)}); one entry per calendar month is expected; {FIX_HINT}"
+        )
 
 
 def check_values(ds: xr.Dataset, path: Path) -> None:
@@ -55,13 +62,16 @@ def check_values(ds: xr.Dataset, path: Path) -> None:
     land = np.asarray(ds["land_mask"].values)
     if not np.isin(land, (0, 1)).all():
         odd = np.unique(land[~np.isin(land, (0, 1))])[:3].tolist()
-        raise ValueError(f"IceNet data at {path}: land_mask holds {odd}, expected only 0 (ocean) and 1 (land); "
-                         f"{FIX_HINT}")
+        raise ValueError(
+            f"IceNet data at {path}: land_mask holds {odd}, expected only 0 (ocean) and 1 (land); {FIX_HINT}"
+        )
     for name in FIELDS:
         _check_field(ds, path, name)
     if "siconca_climatology" in ds.variables and not np.isfinite(ds["siconca_climatology"].values).all():
-        raise ValueError(f"IceNet data at {path}: siconca_climatology has NaN/inf values; delete that variable "
-                         f"(it is then computed from the train years) or {FIX_HINT}")
+        raise ValueError(
+            f"IceNet data at {path}: siconca_climatology has NaN/inf values; delete that variable "
+            f"(it is then computed from the train years) or {FIX_HINT}"
+        )
 
 
 def _check_field(ds: xr.Dataset, path: Path, name: str) -> None:
@@ -70,7 +80,7 @@ def _check_field(ds: xr.Dataset, path: Path, name: str) -> None:
     block = max(1, _BLOCK_BYTES // max(1, variable[0].size * variable.dtype.itemsize))
     bad, first, low, high = 0, None, np.inf, -np.inf
     for start in range(0, months, block):
-        values = np.asarray(variable[start:start + block].values)
+        values = np.asarray(variable[start : start + block].values)
         finite = np.isfinite(values)
         if not finite.all():
             per_month = (~finite).reshape(len(values), -1).sum(axis=1)
@@ -79,13 +89,17 @@ def _check_field(ds: xr.Dataset, path: Path, name: str) -> None:
         if name == "siconca" and finite.any():
             low, high = min(low, float(values[finite].min())), max(high, float(values[finite].max()))
     if first is not None:
-        raise ValueError(f"IceNet data at {path}: input {name} has {bad} NaN/inf values, the first in month "
-                         f"{_month(ds, first)}; every input value must be finite: fill the gaps (e.g. with 0 over "
-                         f"land) or {FIX_HINT}")
+        raise ValueError(
+            f"IceNet data at {path}: input {name} has {bad} NaN/inf values, the first in month "
+            f"{_month(ds, first)}; every input value must be finite: fill the gaps (e.g. with 0 over "
+            f"land) or {FIX_HINT}"
+        )
     if low < 0 or high > 1:
         percent = " (percent? divide by 100)" if high > 1 and high <= 100 else ""
-        raise ValueError(f"IceNet data at {path}: siconca ranges from {low:g} to {high:g}, expected sea-ice "
-                         f"concentration as a fraction in [0, 1]{percent}; {FIX_HINT}")
+        raise ValueError(
+            f"IceNet data at {path}: siconca ranges from {low:g} to {high:g}, expected sea-ice "
+            f"concentration as a fraction in [0, 1]{percent}; {FIX_HINT}"
+        )
 
 
 def _month(ds: xr.Dataset, t: int) -> str:

@@ -42,9 +42,13 @@ class RegressionDataConfig:
 
 
 RANGES: dict[str, RangeRule] = {
-    "model.hidden": at_least(1), "model.depth": at_least(1),
-    "data.num_samples": at_least(1), "data.val_samples": at_least(0), "data.features": at_least(1),
-    "data.targets": at_least(1), "data.noise": at_least(0),
+    "model.hidden": at_least(1),
+    "model.depth": at_least(1),
+    "data.num_samples": at_least(1),
+    "data.val_samples": at_least(0),
+    "data.features": at_least(1),
+    "data.targets": at_least(1),
+    "data.noise": at_least(0),
 }
 
 
@@ -52,11 +56,15 @@ def validate_data(cfg: Any) -> None:
     """A file source needs an existing path."""
     data = cfg.data
     if data.name == "file" and data.path is None:
-        raise ConfigError("data.path=null but data.name is 'file': add 'path: FILE' under 'data:' in the "
-                          "YAML, or pass --set data.path=FILE (or use data.name=synthetic)")
+        raise ConfigError(
+            "data.path=null but data.name is 'file': add 'path: FILE' under 'data:' in the "
+            "YAML, or pass --set data.path=FILE (or use data.name=synthetic)"
+        )
     if data.name == "file" and not Path(data.path).exists():
-        raise ConfigError(f"data.path={data.path!r} does not exist (relative paths start at "
-                          f"{os.getcwd()}); fix the path or create the data file first")
+        raise ConfigError(
+            f"data.path={data.path!r} does not exist (relative paths start at "
+            f"{os.getcwd()}); fix the path or create the data file first"
+        )
 
 
 SECTIONS = AppSections(model=RegressionModelConfig, data=RegressionDataConfig, ranges=RANGES, validate=validate_data)

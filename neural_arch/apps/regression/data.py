@@ -1,6 +1,10 @@
 """A deterministic synthetic regression dataset, and loading the same shape from a file.
 
-Try it: ``python -c "from neural_arch.apps.regression.data import make_regression; print(make_regression(10)[0].shape)"``
+Try it::
+
+    >>> from neural_arch.apps.regression.data import make_regression
+    >>> make_regression(10)[0].shape
+    torch.Size([10, 8])
 
 ``make_regression`` draws inputs x ~ N(0, 1) and targets from a fixed random smooth
 function plus noise, from one seeded generator: the same bytes on every rank and every
@@ -17,7 +21,9 @@ import numpy as np
 import torch
 
 
-def make_regression(num_samples: int, features: int = 8, targets: int = 1, noise: float = 0.1, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def make_regression(
+    num_samples: int, features: int = 8, targets: int = 1, noise: float = 0.1, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(x, y) float64 tensors of shapes [n, features] and [n, targets]."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(num_samples, features, generator=g, dtype=torch.float64)
@@ -41,7 +47,9 @@ def load_arrays(path: Union[str, Path]) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"data file {path} must hold arrays named 'x' and 'y'.")
     x, y = torch.as_tensor(found["x"]).to(torch.float64), torch.as_tensor(found["y"]).to(torch.float64)
     if x.dim() != 2 or y.dim() != 2 or len(x) != len(y):
-        raise ValueError(f"data file {path}: expected x [n, features] and y [n, targets], got {tuple(x.shape)} and {tuple(y.shape)}.")
+        raise ValueError(
+            f"data file {path}: expected x [n, features] and y [n, targets], got {tuple(x.shape)} and {tuple(y.shape)}."
+        )
     if not (torch.isfinite(x).all() and torch.isfinite(y).all()):
         raise ValueError(f"data file {path} contains NaN or infinite values; clean the data first.")
     return x, y

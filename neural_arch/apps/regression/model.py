@@ -1,6 +1,12 @@
 """A small multi-layer perceptron: ``MLP(features=8, targets=1, hidden=32, depth=2)``.
 
-Try it: ``python -c "import torch; from neural_arch.apps.regression.model import MLP; print(MLP()(torch.randn(4, 8)).shape)"``
+Try it::
+
+    >>> import torch
+    >>> from neural_arch.apps.regression.model import MLP
+    >>> MLP()(torch.randn(4, 8)).shape
+    torch.Size([4, 1])
+
 The trainer's default model; plain PyTorch with no distributed imports.
 """
 

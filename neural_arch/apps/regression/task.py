@@ -31,8 +31,12 @@ class RegressionTask(Task):
     def build_model(self) -> nn.Module:
         torch.manual_seed(self.cfg.run.seed)  # the same initial weights on every rank
         sizes = self.cfg.model
-        model = MLP(features=self.data.train_x.shape[1], targets=self.data.train_y.shape[1], hidden=sizes.hidden,
-                    depth=sizes.depth)
+        model = MLP(
+            features=self.data.train_x.shape[1],
+            targets=self.data.train_y.shape[1],
+            hidden=sizes.hidden,
+            depth=sizes.depth,
+        )
         return model.to(PARAM_DTYPES[self.cfg.training.precision])
 
     def batch(self, split: str, ids: torch.Tensor, device: torch.device) -> dict[str, torch.Tensor]:
@@ -45,8 +49,17 @@ class RegressionTask(Task):
 
     def eval_sums(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         err = model(batch["x"]).to(batch["y"].dtype) - batch["y"]
-        return torch.stack([(err**2).mean(dim=1).sum(), err.abs().mean(dim=1).sum(),
-                            torch.tensor(float(len(err)), dtype=err.dtype, device=err.device)]).double().cpu()
+        return (
+            torch.stack(
+                [
+                    (err**2).mean(dim=1).sum(),
+                    err.abs().mean(dim=1).sum(),
+                    torch.tensor(float(len(err)), dtype=err.dtype, device=err.device),
+                ]
+            )
+            .double()
+            .cpu()
+        )
 
     def finalize(self, sums: torch.Tensor) -> dict[str, float]:
         return {"val/loss": float(sums[0] / sums[2]), "val/mae": float(sums[1] / sums[2])}

@@ -12,7 +12,8 @@ with fallback, list), ``sharded.py`` (DCP, loadable at another world size), ``la
 (step directories, manifest, ``last``/``best`` pointers, pruning), ``rank0.py`` (rank 0
 writes, every rank learns the outcome), ``loadable.py`` (refuse state that could not be
 loaded back), ``progress.py`` (tell the launcher a save succeeded), ``untrusted.py`` and ``dcp_reader.py`` (load
-without running code from the files: allowlisting unpicklers), ``errors.py``. Every write goes through ``neural_arch.utils.atomic``.
+without running code from the files: allowlisting unpicklers), ``errors.py``. Every write goes
+through ``neural_arch.utils.atomic``.
 """
 
 from neural_arch.distributed.checkpoint.errors import CheckpointError, UnsafeCheckpoint
@@ -21,6 +22,17 @@ from neural_arch.distributed.checkpoint.replicated import list_checkpoints, load
 from neural_arch.distributed.checkpoint.sharded import load_sharded, save_sharded
 from neural_arch.distributed.checkpoint.shards import has_shards, load_shards, read_whole_shards, with_whole_model
 
-__all__ = ["CheckpointError", "CheckpointInfo", "has_shards", "list_checkpoints", "load_checkpoint", "load_sharded",
-           "load_shards", "read_whole_shards", "save_checkpoint", "save_sharded", "UnsafeCheckpoint",
-           "with_whole_model"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
+    "has_shards",
+    "list_checkpoints",
+    "load_checkpoint",
+    "load_sharded",
+    "load_shards",
+    "read_whole_shards",
+    "save_checkpoint",
+    "save_sharded",
+    "UnsafeCheckpoint",
+    "with_whole_model",
+]

@@ -79,8 +79,9 @@ class SafeWholePlanner(_SafeBytes, _EmptyStateDictLoadPlanner):
         self.source = source
         self.loaded: dict[str, Any] = {}
 
-    def set_up_planner(self, state_dict: dict[str, Any], metadata: Optional[Metadata] = None,
-                       is_coordinator: bool = False) -> None:
+    def set_up_planner(
+        self, state_dict: dict[str, Any], metadata: Optional[Metadata] = None, is_coordinator: bool = False
+    ) -> None:
         self.loaded = state_dict  # filled in place; dcp.load does not hand an empty dict's contents back
         super().set_up_planner(state_dict, metadata, is_coordinator)
 
@@ -117,6 +118,8 @@ def _unwrapped(path: Path) -> Iterator[None]:
         unsafe = next((c for c in causes if isinstance(c, UnsafeCheckpoint)), None)
         if unsafe is not None:
             raise unsafe.with_traceback(None) from None
-        said = "; ".join(f"rank {rank}: {type(c).__name__}: {' '.join(str(c).split())}"
-                         for rank, (c, _) in sorted(exc.failures.items()))
+        said = "; ".join(
+            f"rank {rank}: {type(c).__name__}: {' '.join(str(c).split())}"
+            for rank, (c, _) in sorted(exc.failures.items())
+        )
         raise CheckpointError(f"could not load sharded checkpoint {path}: {said}") from None

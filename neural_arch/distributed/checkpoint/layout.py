@@ -62,10 +62,13 @@ def write_manifest(step_dir: Path, step: int, metric: Optional[float]) -> None:
     sharded checkpoint) by size and sha256; written last, so a step directory with a
     manifest has everything the manifest lists."""
     files = sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
-    manifest = {"format": FORMAT, "step": step, "metric": metric,
-                "files": {p.relative_to(step_dir).as_posix(): {"sha256": sha256(p), "bytes": p.stat().st_size}
-                          for p in files},
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    manifest = {
+        "format": FORMAT,
+        "step": step,
+        "metric": metric,
+        "files": {p.relative_to(step_dir).as_posix(): {"sha256": sha256(p), "bytes": p.stat().st_size} for p in files},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
     write_file(step_dir / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
 
 
@@ -81,7 +84,8 @@ def verified_manifest(step_dir: Path) -> dict[str, Any]:
             raise DamagedCheckpoint(f"{name} cannot be read: {exc}") from None
         if size != entry["bytes"]:
             raise DamagedCheckpoint(
-                f"{name} has {size} bytes, the manifest says {entry['bytes']}; it was truncated or overwritten")
+                f"{name} has {size} bytes, the manifest says {entry['bytes']}; it was truncated or overwritten"
+            )
         if sha256(file) != entry["sha256"]:
             raise DamagedCheckpoint(f"{name} does not match the sha256 in its manifest; the file is corrupt")
     return manifest
@@ -98,8 +102,13 @@ def read_manifest(step_dir: Path) -> dict[str, Any]:
         raise DamagedCheckpoint(f"{MANIFEST} is unreadable: {exc}") from None
     try:
         entry = data["files"][STATE_FILE]
-        valid = (data["format"] == FORMAT and type(data["step"]) is int and isinstance(entry["sha256"], str)
-                 and type(entry["bytes"]) is int and isinstance(data["metric"], (int, float, type(None))))
+        valid = (
+            data["format"] == FORMAT
+            and type(data["step"]) is int
+            and isinstance(entry["sha256"], str)
+            and type(entry["bytes"]) is int
+            and isinstance(data["metric"], (int, float, type(None)))
+        )
     except (KeyError, TypeError):
         valid = False
     if not valid:
@@ -127,7 +136,7 @@ def best_name(directory: Path, name: str, metric: Optional[float], lower_is_bett
     if not scores:
         return None
     sign = 1.0 if lower_is_better else -1.0
-    return min(scores, key=lambda s: (sign * s[0], int(s[1][len('step_'):])))[1]
+    return min(scores, key=lambda s: (sign * s[0], int(s[1][len("step_") :])))[1]
 
 
 def prune(directory: Path, keep_last: int) -> None:
@@ -141,8 +150,11 @@ def prune(directory: Path, keep_last: int) -> None:
         try:
             delete_atomically(path)
         except OSError as exc:
-            warnings.warn(f"could not delete old checkpoint data {path} ({exc}); delete it by hand to free space",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"could not delete old checkpoint data {path} ({exc}); delete it by hand to free space",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 def pointer_target(directory: Path, pointer: str) -> Optional[Path]:
@@ -162,7 +174,7 @@ def previous_note(directory: Path) -> str:
     last = pointer_target(directory, "last") or (existing[-1][1] if existing else None)
     if last is None:
         return "there is no earlier checkpoint"
-    return f"the previous checkpoint step {int(last.name[len('step_'):])} is intact"
+    return f"the previous checkpoint step {int(last.name[len('step_') :])} is intact"
 
 
 def step_dirs(directory: Path) -> list[tuple[int, Path]]:

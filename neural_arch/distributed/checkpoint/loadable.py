@@ -18,8 +18,22 @@ from neural_arch.distributed.checkpoint.errors import CheckpointError
 
 # What torch.load(weights_only=True) rebuilds (checked against torch 2.13). Exact types on
 # purpose: numpy.float64 is a float subclass, but unpickling it needs numpy and fails.
-_LEAVES = (type(None), bool, int, float, complex, str, bytes, bytearray, torch.Tensor,
-           torch.nn.Parameter, torch.Size, torch.dtype, torch.device, torch.layout)
+_LEAVES = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bytearray,
+    torch.Tensor,
+    torch.nn.Parameter,
+    torch.Size,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+)
 _CONTAINERS = (dict, OrderedDict, list, tuple, set)
 
 
@@ -43,7 +57,7 @@ def _check_value(value: Any, where: str, on_path: set[int]) -> None:
     if id(value) in on_path:
         raise CheckpointError(f"{where} contains itself; a checkpoint must be a tree, not a cycle")
     on_path.add(id(value))
-    for key, item in (value.items() if isinstance(value, dict) else enumerate(value)):
+    for key, item in value.items() if isinstance(value, dict) else enumerate(value):
         if isinstance(value, dict):
             _check_value(key, f"{where} key {key!r}", on_path)
         _check_value(item, f"{where}[{key!r}]", on_path)

@@ -34,4 +34,6 @@ def checkpoint_saved(path: Path) -> None:
         try:
             listener(path)
         except Exception as exc:  # noqa: BLE001 - the checkpoint is safe on disk either way
-            warnings.warn(f"checkpoint {path} saved, but a progress listener failed ({exc})", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"checkpoint {path} saved, but a progress listener failed ({exc})", RuntimeWarning, stacklevel=2
+            )

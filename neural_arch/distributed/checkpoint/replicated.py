@@ -25,8 +25,21 @@ import torch
 
 from neural_arch.distributed.checkpoint.errors import CheckpointError, DamagedCheckpoint
 from neural_arch.distributed.checkpoint.layout import (
-    MANIFEST, POINTERS, STATE_FILE, STEP_DIR, CheckpointInfo, PathLike, pointer_target, previous_note, prune,
-    read_manifest, step_dirs, step_name, update_pointers, verified_manifest, write_manifest,
+    MANIFEST,
+    POINTERS,
+    STATE_FILE,
+    STEP_DIR,
+    CheckpointInfo,
+    PathLike,
+    pointer_target,
+    previous_note,
+    prune,
+    read_manifest,
+    step_dirs,
+    step_name,
+    update_pointers,
+    verified_manifest,
+    write_manifest,
 )
 from neural_arch.distributed.checkpoint.loadable import check_loadable
 from neural_arch.distributed.checkpoint.progress import checkpoint_saved
@@ -36,13 +49,18 @@ from neural_arch.distributed.checkpoint.untrusted import read_dcp_metadata, safe
 from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.utils.atomic import commit_dir, fsync_dir, make_tmp_dir, remove, write_file
 
-
 __all__ = ["list_checkpoints", "load_checkpoint", "save_checkpoint"]
 
 
 def save_checkpoint(
-    directory: PathLike, step: int, state: dict[str, Any], *, keep_last: int = 3,
-    metric: Optional[float] = None, lower_is_better: bool = True, shards: Optional[dict[str, Any]] = None,
+    directory: PathLike,
+    step: int,
+    state: dict[str, Any],
+    *,
+    keep_last: int = 3,
+    metric: Optional[float] = None,
+    lower_is_better: bool = True,
+    shards: Optional[dict[str, Any]] = None,
 ) -> Optional[CheckpointInfo]:
     """Write ``state`` as ``directory/step_{step:08d}``; call on every rank with the same step.
 
@@ -68,8 +86,9 @@ def save_checkpoint(
     value = None if metric is None else float(metric)
     failed = f"could not write checkpoint step {step} to {directory}"
     staged = None if shards is None else stage_shards(Path(directory), step_name(step), shards, failed)
-    info = on_rank0(lambda: _write_checkpoint(Path(directory), step, state, keep_last, value, lower_is_better, staged),
-                    failed)
+    info = on_rank0(
+        lambda: _write_checkpoint(Path(directory), step, state, keep_last, value, lower_is_better, staged), failed
+    )
     if info is not None:
         checkpoint_saved(info.path)
     return info
@@ -106,8 +125,11 @@ def load_checkpoint(
         except DamagedCheckpoint as exc:
             reasons.append(f"{step_dir.name}: {exc}")
             if i + 1 < len(candidates):
-                warnings.warn(f"checkpoint {step_dir} is unusable ({exc}); falling back to the previous one",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"checkpoint {step_dir} is unusable ({exc}); falling back to the previous one",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
     if not candidates:
         return None
     raise CheckpointError(
@@ -129,7 +151,12 @@ def list_checkpoints(directory: PathLike) -> list[CheckpointInfo]:
 
 
 def _write_checkpoint(
-    directory: Path, step: int, state: dict[str, Any], keep_last: int, metric: Optional[float], lower_is_better: bool,
+    directory: Path,
+    step: int,
+    state: dict[str, Any],
+    keep_last: int,
+    metric: Optional[float],
+    lower_is_better: bool,
     staged: Optional[Path] = None,
 ) -> CheckpointInfo:
     name = step_name(step)
@@ -145,8 +172,9 @@ def _write_checkpoint(
     return CheckpointInfo(path=directory / name, step=step, metric=metric)
 
 
-def _commit_step_dir(directory: Path, name: str, step: int, state: dict[str, Any], metric: Optional[float],
-                     staged: Optional[Path] = None) -> None:
+def _commit_step_dir(
+    directory: Path, name: str, step: int, state: dict[str, Any], metric: Optional[float], staged: Optional[Path] = None
+) -> None:
     """Stage ``state`` and its manifest under ``.tmp-*`` (``staged``: already holding the shards)
     and rename it to ``directory/name``; on failure nothing but the staging directory was
     touched, and it is removed."""

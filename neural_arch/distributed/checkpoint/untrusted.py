@@ -30,17 +30,24 @@ METADATA = ".metadata"
 """DCP's metadata file in a sharded checkpoint directory."""
 
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
-_ALLOWED = frozenset({
-    (_DCP_METADATA, "Metadata"), (_DCP_METADATA, "MetadataIndex"), (_DCP_METADATA, "StorageMeta"),
-    (_DCP_METADATA, "TensorStorageMetadata"), (_DCP_METADATA, "BytesStorageMetadata"),
-    (_DCP_METADATA, "ChunkStorageMetadata"), (_DCP_METADATA, "TensorProperties"),
-    (_DCP_METADATA, "_MEM_FORMAT_ENCODING"),
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    ("torch", "Size"),
-    ("torch.serialization", "_get_layout"),  # looks a torch.layout up by its name
-    ("collections", "OrderedDict"),
-    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),  # StorageMeta.checkpoint_id as saved
-})
+_ALLOWED = frozenset(
+    {
+        (_DCP_METADATA, "Metadata"),
+        (_DCP_METADATA, "MetadataIndex"),
+        (_DCP_METADATA, "StorageMeta"),
+        (_DCP_METADATA, "TensorStorageMetadata"),
+        (_DCP_METADATA, "BytesStorageMetadata"),
+        (_DCP_METADATA, "ChunkStorageMetadata"),
+        (_DCP_METADATA, "TensorProperties"),
+        (_DCP_METADATA, "_MEM_FORMAT_ENCODING"),
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),  # looks a torch.layout up by its name
+        ("collections", "OrderedDict"),
+        ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"),  # StorageMeta.checkpoint_id as saved
+    }
+)
 
 
 def refusal(file: Union[str, Path], found: str) -> UnsafeCheckpoint:
@@ -94,8 +101,11 @@ def read_dcp_metadata(directory: Union[str, Path], file_name: str = METADATA) ->
     return found
 
 
-def safe_torch_load(source: Union[str, Path, IO[bytes]], where: Union[str, Path, None] = None,
-                    map_location: Union[str, torch.device] = "cpu") -> Any:
+def safe_torch_load(
+    source: Union[str, Path, IO[bytes]],
+    where: Union[str, Path, None] = None,
+    map_location: Union[str, torch.device] = "cpu",
+) -> Any:
     """``torch.load(source, weights_only=True)``; a pickle needing anything else raises
     ``UnsafeCheckpoint`` naming ``where`` (default: ``source``) and what it needed."""
     try:

@@ -22,6 +22,16 @@ from neural_arch.distributed.data_parallel.stats import global_mean_std, local_m
 from neural_arch.distributed.data_parallel.weighting import global_batch_loss, global_count, zero_loss
 
 __all__ = [
-    "DistributedDataParallel", "DistributedSampler", "IndexBatch", "UnusedParametersError", "average_gradients",
-    "global_batch_loss", "global_count", "global_mean_std", "local_moments", "merge_moments", "no_sync", "zero_loss",
+    "DistributedDataParallel",
+    "DistributedSampler",
+    "IndexBatch",
+    "UnusedParametersError",
+    "average_gradients",
+    "global_batch_loss",
+    "global_count",
+    "global_mean_std",
+    "local_moments",
+    "merge_moments",
+    "no_sync",
+    "zero_loss",
 ]

@@ -51,15 +51,22 @@ class Compression:
             raise ValueError(f"ddp.compression={self.compression!r}: must be one of {', '.join(CHOICES)}")
         if isinstance(self.powersgd_rank, bool) or not isinstance(self.powersgd_rank, int) or self.powersgd_rank < 1:
             raise ValueError(f"ddp.powersgd_rank={self.powersgd_rank!r}: must be an integer >= 1 (e.g. 2)")
-        if isinstance(self.powersgd_warmup_steps, bool) or not isinstance(self.powersgd_warmup_steps, int) \
-                or self.powersgd_warmup_steps < 2:
-            raise ValueError(f"ddp.powersgd_warmup_steps={self.powersgd_warmup_steps!r}: must be an integer >= 2 "
-                             "(DDP rebuilds its buckets after the first step; PowerSGD can start after that)")
+        if (
+            isinstance(self.powersgd_warmup_steps, bool)
+            or not isinstance(self.powersgd_warmup_steps, int)
+            or self.powersgd_warmup_steps < 2
+        ):
+            raise ValueError(
+                f"ddp.powersgd_warmup_steps={self.powersgd_warmup_steps!r}: must be an integer >= 2 "
+                "(DDP rebuilds its buckets after the first step; PowerSGD can start after that)"
+            )
         if not self.bucket_mb > 0:
             raise ValueError(f"ddp.bucket_mb={self.bucket_mb!r}: must be > 0 (torch's default is 25)")
 
 
-def bf16_hook(process_group: Optional[dist.ProcessGroup], bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def bf16_hook(
+    process_group: Optional[dist.ProcessGroup], bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
     """Average ``bucket`` as bfloat16: divide by the world size, cast, sum, cast back in place."""
     group = process_group if process_group is not None else dist.group.WORLD
     buffer = bucket.buffer()
@@ -73,8 +80,9 @@ def bf16_hook(process_group: Optional[dist.ProcessGroup], bucket: dist.GradBucke
     return dist.all_reduce(compressed, group=group, async_op=True).get_future().then(decompress)
 
 
-def attach(ddp: torch.nn.parallel.DistributedDataParallel, module: torch.nn.Module, settings: Compression,
-           bucket_mb: float) -> Optional[PowerSGDCompressor]:
+def attach(
+    ddp: torch.nn.parallel.DistributedDataParallel, module: torch.nn.Module, settings: Compression, bucket_mb: float
+) -> Optional[PowerSGDCompressor]:
     """Register the hook ``settings`` asks for on a torch DDP object built with ``bucket_mb``;
     the PowerSGD state, if any (``settings.bucket_mb`` is the trainer's way to set ``bucket_mb``)."""
     settings.check()

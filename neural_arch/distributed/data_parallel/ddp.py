@@ -48,7 +48,7 @@ class DistributedDataParallel(nn.Module):
 
     # Why: the seeds' bare ``with no_sync():`` names no model, so it must find the wrappers
     # this process built. Weak references: a wrapper is forgotten once the user drops it.
-    _live: ClassVar["weakref.WeakSet[DistributedDataParallel]"] = weakref.WeakSet()
+    _live: ClassVar[weakref.WeakSet[DistributedDataParallel]] = weakref.WeakSet()
 
     def __init__(
         self,
@@ -150,7 +150,7 @@ class DistributedDataParallel(nn.Module):
             "forward does not use."
         )
 
-    def train(self, mode: bool = True) -> "DistributedDataParallel":
+    def train(self, mode: bool = True) -> DistributedDataParallel:
         super().train(mode)
         if self._ddp is not None:
             self._ddp.training = mode

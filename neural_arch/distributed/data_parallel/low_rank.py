@@ -139,8 +139,9 @@ def project(qt: torch.Tensor, mat: torch.Tensor, out: torch.Tensor) -> None:
         out.copy_(torch.mm(mat, qt.t()).t())
 
 
-def compress(grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: int,
-             all_reduce: Callable[[torch.Tensor], object]) -> None:
+def compress(
+    grads: Sequence[torch.Tensor], plan: Plan, memory: Memory, world: int, all_reduce: Callable[[torch.Tensor], object]
+) -> None:
     """One step on one bucket, in place: ``grads`` end as the compressed average, ``memory`` as the next step's.
     ``all_reduce(t)`` sums ``t`` in place over the ``world`` ranks before returning (``dist.all_reduce``;
     benchmarks/scaling_measure.py passes one that sends nothing, to time the compute alone)."""

@@ -81,8 +81,10 @@ class PowerSGDCompressor:
         if covered != sorted(found):
             raise RuntimeError(
                 f"rank {dist.get_rank()}: the saved PowerSGD state does not fit this run's DDP buckets (saved "
-                f"buckets {sorted(self.layout)} cover parameters {covered[:8]}..., this bucket holds {sorted(found)[:8]}...); "
-                "resume with the same model and ddp settings, or start compression afresh with checkpoint.resume=none")
+                f"buckets {sorted(self.layout)} cover parameters {covered[:8]}..., "
+                f"this bucket holds {sorted(found)[:8]}...); "
+                "resume with the same model and ddp settings, or start compression afresh with checkpoint.resume=none"
+            )
         last = max(self.layout)
         for index in parts:
             members = [grads[q] for q in self.layout[index]]
@@ -96,8 +98,12 @@ class PowerSGDCompressor:
     def checkpoint_state(self) -> dict[str, Any]:
         """Plain tensors and numbers; ``error`` holds every rank's error feedback on rank 0 (a collective)."""
         return {
-            "format": FORMAT, "iter": int(self.iter), "rank": self.rank, "bucket_mb": self.bucket_mb,
-            "world_size": dist.get_world_size(), "numel": sum(p.numel() for p in self.params),
+            "format": FORMAT,
+            "iter": int(self.iter),
+            "rank": self.rank,
+            "bucket_mb": self.bucket_mb,
+            "world_size": dist.get_world_size(),
+            "numel": sum(p.numel() for p in self.params),
             "layout": {i: torch.tensor(v, dtype=torch.long) for i, v in self.layout.items()},
             "q": {i: m.q.detach().cpu().clone() for i, m in self.memory.items()},
             "error": _gather({i: self.memory[i].error for i in sorted(self.memory)}),
@@ -105,8 +111,12 @@ class PowerSGDCompressor:
 
     def load_state(self, saved: dict[str, Any]) -> Optional[str]:
         """Continue from ``checkpoint_state()``; a one-line reason when it cannot and compression restarts."""
-        here = {"rank": self.rank, "bucket_mb": self.bucket_mb, "world_size": dist.get_world_size(),
-                "numel": sum(p.numel() for p in self.params)}
+        here = {
+            "rank": self.rank,
+            "bucket_mb": self.bucket_mb,
+            "world_size": dist.get_world_size(),
+            "numel": sum(p.numel() for p in self.params),
+        }
         changed = {k: (saved.get(k), v) for k, v in here.items() if saved.get(k) != v}
         self.iter, self.memory, self.layout = 0, {}, {}
         if not saved:
@@ -118,8 +128,10 @@ class PowerSGDCompressor:
         else:
             why = ""
         if why:
-            return (f"ddp.compression=powersgd: the checkpoint's PowerSGD state {why}; error feedback restarts: "
-                    f"plain all-reduce for {self.warmup} steps, then PowerSGD afresh")
+            return (
+                f"ddp.compression=powersgd: the checkpoint's PowerSGD state {why}; error feedback restarts: "
+                f"plain all-reduce for {self.warmup} steps, then PowerSGD afresh"
+            )
         device = self.params[0].device
         errors = saved["error"][dist.get_rank()]
         self.iter = int(saved["iter"])

@@ -80,9 +80,7 @@ class DistributedSampler(Sampler):
             require_process_group("DistributedSampler (without num_replicas= and rank=)")
         size = len(dataset) if dataset is not None else dataset_size
         self.dataset_size = _check_int("dataset_size", size, 0)
-        self.num_replicas = _check_int(
-            "num_replicas", get_world_size() if num_replicas is None else num_replicas, 1
-        )
+        self.num_replicas = _check_int("num_replicas", get_world_size() if num_replicas is None else num_replicas, 1)
         self.rank = _check_int("rank", get_rank() if rank is None else rank, 0)
         if self.rank >= self.num_replicas:
             raise ValueError(

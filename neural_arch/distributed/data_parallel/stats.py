@@ -32,9 +32,7 @@ def _as_float64(x: Union[torch.Tensor, np.ndarray]) -> torch.Tensor:
         return torch.from_numpy(np.asarray(x, dtype=np.float64))
     if isinstance(x, torch.Tensor):
         return x.detach().to(device="cpu", dtype=torch.float64)
-    raise ValueError(
-        f"global_mean_std: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}."
-    )
+    raise ValueError(f"global_mean_std: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}.")
 
 
 def _flatten_reduced(x: torch.Tensor, dim: Dims) -> torch.Tensor:

@@ -15,4 +15,12 @@ from neural_arch.distributed.env.hostlist import expand_hostlist
 from neural_arch.distributed.env.record import ClusterEnv, derived_port, env_int
 from neural_arch.distributed.env.slurm import tasks_per_node
 
-__all__ = ["ClusterEnv", "DETECTORS", "derived_port", "detect_cluster_env", "env_int", "expand_hostlist", "tasks_per_node"]
+__all__ = [
+    "ClusterEnv",
+    "DETECTORS",
+    "derived_port",
+    "detect_cluster_env",
+    "env_int",
+    "expand_hostlist",
+    "tasks_per_node",
+]

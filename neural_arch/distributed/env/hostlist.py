@@ -45,9 +45,7 @@ def _expand_group(group: str, whole: str) -> list[str]:
     for part in group.split(","):
         match = _RANGE.match(part.strip())
         if not match:
-            raise ValueError(
-                f"hostlist {whole!r}: bracket item {part!r} is not a number or 'lo-hi' range."
-            )
+            raise ValueError(f"hostlist {whole!r}: bracket item {part!r} is not a number or 'lo-hi' range.")
         lo_text, hi_text = match.group(1), match.group(2)
         if hi_text is None:
             values.append(lo_text)

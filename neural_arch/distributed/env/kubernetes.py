@@ -23,5 +23,12 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
     # A plain Indexed Job runs one pod per node: the pod index is both rank and node.
     world, index = require_int(environ, "WORLD_SIZE"), require_int(environ, "JOB_COMPLETION_INDEX")
     addr, port = with_master_override(environ, None, None)
-    return ClusterEnv(source="kubernetes", rank=index, world_size=world, node_rank=index, num_nodes=world,
-                      master_addr=addr, master_port=port)
+    return ClusterEnv(
+        source="kubernetes",
+        rank=index,
+        world_size=world,
+        node_rank=index,
+        num_nodes=world,
+        master_addr=addr,
+        master_port=port,
+    )

@@ -8,7 +8,14 @@ from __future__ import annotations
 from typing import Optional
 
 from neural_arch.distributed.env.placement import filled_node_by_node
-from neural_arch.distributed.env.record import ClusterEnv, Environ, derived_port, env_int, require_int, with_master_override
+from neural_arch.distributed.env.record import (
+    ClusterEnv,
+    Environ,
+    derived_port,
+    env_int,
+    require_int,
+    with_master_override,
+)
 
 
 def detect(environ: Environ) -> Optional[ClusterEnv]:
@@ -22,5 +29,14 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
     master = with_master_override(environ, compute[0] if compute else None, derived_port(job) if job else None)
     world = require_int(environ, "JSM_NAMESPACE_SIZE")
     local_world = env_int(environ, "JSM_NAMESPACE_LOCAL_SIZE", world) or world
-    return filled_node_by_node("lsf", environ, "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK",
-                               world, local_world, master, job, num_nodes=len(compute) or 1)
+    return filled_node_by_node(
+        "lsf",
+        environ,
+        "JSM_NAMESPACE_RANK",
+        "JSM_NAMESPACE_LOCAL_RANK",
+        world,
+        local_world,
+        master,
+        job,
+        num_nodes=len(compute) or 1,
+    )

@@ -19,5 +19,6 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
     job = first_set(environ, "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
     master = same_node_master("openmpi", environ, world, local_world, job)
     # Not OMPI_COMM_WORLD_NODE_RANK: that is a rank *within* the node, not the node's index.
-    return filled_node_by_node("openmpi", environ, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-                               world, local_world, master, job)
+    return filled_node_by_node(
+        "openmpi", environ, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", world, local_world, master, job
+    )

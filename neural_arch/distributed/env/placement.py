@@ -11,7 +11,14 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from neural_arch.distributed.env.record import ClusterEnv, Environ, derived_port, env_int, require_int, with_master_override
+from neural_arch.distributed.env.record import (
+    ClusterEnv,
+    Environ,
+    derived_port,
+    env_int,
+    require_int,
+    with_master_override,
+)
 
 Master = tuple[Optional[str], Optional[int]]
 """The rendezvous address and port, either of which may be unknown."""
@@ -52,8 +59,15 @@ def same_node_master(source: str, environ: Environ, world: int, local_world: int
 
 
 def filled_node_by_node(
-    source: str, environ: Environ, rank_key: str, local_rank_key: str, world: int, local_world: int,
-    master: Master, job: Optional[str], num_nodes: Optional[int] = None,
+    source: str,
+    environ: Environ,
+    rank_key: str,
+    local_rank_key: str,
+    world: int,
+    local_world: int,
+    master: Master,
+    job: Optional[str],
+    num_nodes: Optional[int] = None,
 ) -> ClusterEnv:
     """A rank of a launcher that fills each node before the next (mpirun's and jsrun's
     default placement), so the node index is ``rank // ranks per node``."""

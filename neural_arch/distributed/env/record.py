@@ -98,7 +98,9 @@ def derived_port(job_key: str) -> int:
     return 12000 + zlib.crc32(job_key.encode()) % 20000
 
 
-def with_master_override(environ: Environ, addr: Optional[str], port: Optional[int]) -> tuple[Optional[str], Optional[int]]:
+def with_master_override(
+    environ: Environ, addr: Optional[str], port: Optional[int]
+) -> tuple[Optional[str], Optional[int]]:
     """The rendezvous address: an explicit MASTER_ADDR / MASTER_PORT always wins over
     what a detector derived."""
     return environ.get("MASTER_ADDR") or addr, env_int(environ, "MASTER_PORT", port)
@@ -111,6 +113,8 @@ def launcher_settings(environ: Environ) -> dict[str, object]:
     try:
         timeout = float(raw_timeout) if raw_timeout else None
     except ValueError:
-        raise ValueError(f"environment variable NEURAL_ARCH_TIMEOUT={raw_timeout!r} is not a number of seconds.") from None
+        raise ValueError(
+            f"environment variable NEURAL_ARCH_TIMEOUT={raw_timeout!r} is not a number of seconds."
+        ) from None
     attempt = environ.get("NEURAL_ARCH_ATTEMPT") or environ.get("TORCHELASTIC_RESTART_COUNT") or "0"
     return {"attempt": attempt, "backend": environ.get("NEURAL_ARCH_BACKEND") or None, "timeout": timeout}

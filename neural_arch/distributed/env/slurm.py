@@ -10,7 +10,13 @@ from typing import Optional
 
 from neural_arch.distributed.env.hostlist import expand_hostlist
 from neural_arch.distributed.env.record import (
-    ClusterEnv, Environ, derived_port, env_int, first_set, require_int, with_master_override,
+    ClusterEnv,
+    Environ,
+    derived_port,
+    env_int,
+    first_set,
+    require_int,
+    with_master_override,
 )
 
 

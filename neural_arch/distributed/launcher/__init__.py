@@ -13,9 +13,22 @@ into ``rank_N.log`` (format in ``log_format.py``), which ``failures.py`` reads b
 
 from neural_arch.distributed.launcher.args import LaunchUsageError, build_parser, parse_launch_args, split_argv
 from neural_arch.distributed.launcher.config import LaunchConfig, config_from_args
-from neural_arch.distributed.launcher.launch import DistributedLauncher, check_port_free, launch_distributed_training, main
+from neural_arch.distributed.launcher.launch import (
+    DistributedLauncher,
+    check_port_free,
+    launch_distributed_training,
+    main,
+)
 
 __all__ = [
-    "DistributedLauncher", "LaunchConfig", "LaunchUsageError", "build_parser", "check_port_free", "config_from_args",
-    "launch_distributed_training", "main", "parse_launch_args", "split_argv",
+    "DistributedLauncher",
+    "LaunchConfig",
+    "LaunchUsageError",
+    "build_parser",
+    "check_port_free",
+    "config_from_args",
+    "launch_distributed_training",
+    "main",
+    "parse_launch_args",
+    "split_argv",
 ]

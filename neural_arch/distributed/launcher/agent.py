@@ -58,8 +58,9 @@ __all__ = ["FailureRecord", "RobustElasticAgent"]
 class RobustElasticAgent(LocalElasticAgent):
     """LocalElasticAgent with a fresh store per attempt, thorough stops and failure history."""
 
-    def __init__(self, *args: Any, log_dir: Optional[Path] = None, stop_repeated_failures: bool = False,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, log_dir: Optional[Path] = None, stop_repeated_failures: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._fresh_store: Optional[dist.TCPStore] = None
         self._attempts = 0
@@ -125,10 +126,14 @@ class RobustElasticAgent(LocalElasticAgent):
             for rank, failure in result.failures.items():
                 self.failure_history.append(
                     FailureRecord(
-                        attempt=self._attempts - 1, rank=rank, local_rank=failure.local_rank,
-                        pid=failure.pid, exitcode=failure.exitcode,
+                        attempt=self._attempts - 1,
+                        rank=rank,
+                        local_rank=failure.local_rank,
+                        pid=failure.pid,
+                        exitcode=failure.exitcode,
                         signal=failure.signal_name() if failure.exitcode < 0 else None,
-                        message=failure.message, timestamp=failure.timestamp,
+                        message=failure.message,
+                        timestamp=failure.timestamp,
                     )
                 )
             self._apply_restart_policy()
@@ -140,7 +145,7 @@ class RobustElasticAgent(LocalElasticAgent):
         was writing the file leaves it cut off, and torch's agent would crash reading it
         instead of restarting; that rank's log still holds the traceback."""
         torn = False
-        for path in (self._pcontext.error_files.values() if self._pcontext else ()):
+        for path in self._pcontext.error_files.values() if self._pcontext else ():
             if not os.path.isfile(path):  # none written, or os.devnull when there is no log dir
                 continue
             try:
@@ -152,7 +157,7 @@ class RobustElasticAgent(LocalElasticAgent):
 
     def forward_signal(self, signum: int) -> None:
         """Send ``signum`` to every worker of the running attempt (e.g. SLURM's USR1 warning)."""
-        for pid in (self._pcontext.pids().values() if self._pcontext else ()):
+        for pid in self._pcontext.pids().values() if self._pcontext else ():
             try:
                 os.kill(pid, signum)
             except ProcessLookupError:
@@ -193,6 +198,7 @@ def _waking_first(close: Callable[..., None], pids: Callable[[], dict[int, int]]
     close from inside its poll as soon as one worker has failed; waking the others there, not
     before the poll, leaves no moment in which a worker can fail unseen (an earlier check for
     an exited worker before each poll missed one that exited between the check and the poll)."""
+
     def wake_then_close(*args: Any, **kwargs: Any) -> None:
         for pid in pids().values():  # workers lead their own process groups
             try:
@@ -200,6 +206,7 @@ def _waking_first(close: Callable[..., None], pids: Callable[[], dict[int, int]]
             except (ProcessLookupError, PermissionError):
                 pass
         close(*args, **kwargs)
+
     return wake_then_close
 
 

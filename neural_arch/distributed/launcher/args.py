@@ -35,12 +35,16 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The launcher's options (shared with ``neural-arch launch``); ``--help`` shows every default."""
     p = _Parser(
-        prog=prog, allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog=prog,
+        allow_abbrev=False,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Start N worker processes per node running SCRIPT (a Python file, a module with -m, "
-                    "or an executable with --no-python), restarted as a group on failure. Accepts torchrun's options.",
+        "or an executable with --no-python), restarted as a group on failure. Accepts torchrun's options.",
     )
     add_options(p)
-    p.add_argument("script", help="the Python script (or module with -m, executable with --no-python) every worker runs")
+    p.add_argument(
+        "script", help="the Python script (or module with -m, executable with --no-python) every worker runs"
+    )
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     return p
 
@@ -86,7 +90,9 @@ def _unknown(token: str, known: dict[str, argparse.Action]) -> LaunchUsageError:
     return LaunchUsageError(f"unknown launcher option {token!r}{hint} (script options go after the script or after --)")
 
 
-def split_argv(argv: Sequence[str], parser: Optional[argparse.ArgumentParser] = None) -> tuple[list[str], str, list[str]]:
+def split_argv(
+    argv: Sequence[str], parser: Optional[argparse.ArgumentParser] = None
+) -> tuple[list[str], str, list[str]]:
     """(launcher options, script, script args) from a command line in either order."""
     known = _spellings(parser or build_parser())
     argv = list(argv)

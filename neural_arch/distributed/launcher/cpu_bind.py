@@ -61,7 +61,9 @@ def threads_per_worker(nproc: int, environ: Mapping[str, str]) -> int:
     return int(text) if text.isdigit() and int(text) > 0 else default_threads(nproc)
 
 
-def plan_binding(mode: str, nproc: int, environ: Mapping[str, str], cpus: Optional[Sequence[int]] = None) -> Optional[list[int]]:
+def plan_binding(
+    mode: str, nproc: int, environ: Mapping[str, str], cpus: Optional[Sequence[int]] = None
+) -> Optional[list[int]]:
     """The CPUs to share out among ``nproc`` workers, or None to leave them unbound."""
     if mode not in MODES:
         raise ValueError(f"cpu_bind={mode!r} must be one of {', '.join(MODES)}.")
@@ -90,8 +92,12 @@ def bind_worker(cpus: Sequence[int], local_rank: int, local_world_size: int) -> 
     try:
         os.sched_setaffinity(0, set(mine))
     except OSError as exc:
-        print(f"launcher: note: local rank {local_rank} runs unbound (binding to CPUs {format_cpus(mine)} failed: "
-              f"{exc}); pass --cpu-bind none to skip binding", file=sys.stderr, flush=True)
+        print(
+            f"launcher: note: local rank {local_rank} runs unbound (binding to CPUs {format_cpus(mine)} failed: "
+            f"{exc}); pass --cpu-bind none to skip binding",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def format_cpus(cpus: Sequence[int]) -> str:

@@ -41,8 +41,12 @@ def report_failure(exc: BaseException, shown: Optional[ShownTracebacks]) -> None
             shown.add(text)
     else:
         assert shown is not None  # repeat_of answered
-        print(f"neural_arch: attempt {shown.attempt} failed with the same traceback as rank {earlier[0]} "
-              f"attempt {earlier[1]} (shown above)", file=sys.stderr, flush=True)
+        print(
+            f"neural_arch: attempt {shown.attempt} failed with the same traceback as rank {earlier[0]} "
+            f"attempt {earlier[1]} (shown above)",
+            file=sys.stderr,
+            flush=True,
+        )
     if _is_timeout(exc) and not isinstance(exc, CollectiveFailed):  # CollectiveFailed names the ranks itself
         hint = describe_stragglers()
         if hint:
@@ -62,8 +66,12 @@ def write_error_file(exc: BaseException, text: str, path: str) -> None:
     ``ErrorHandler.record_exception`` writes), whole or not at all: the launcher SIGTERMs the
     other ranks when one fails, and a file cut off mid-write would make torch's agent crash
     on it (JSONDecodeError) instead of restarting the job."""
-    data = {"message": {"message": f"{type(exc).__name__}: {exc}",
-                        "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time()))}}}
+    data = {
+        "message": {
+            "message": f"{type(exc).__name__}: {exc}",
+            "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time()))},
+        }
+    }
     partial = path + ".partial"
     with open(partial, "w") as f:
         json.dump(data, f)

@@ -64,14 +64,19 @@ def who(pairs: Sequence[tuple[int, int]]) -> str:
         ranks_of.setdefault(numbers(attempts), []).append(rank)
     parts = []
     for attempts, ranks in ranks_of.items():
-        rank_text = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+        rank_text = (
+            f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+        )
         plural = "attempts" if ("-" in attempts or "," in attempts) else "attempt"
         parts.append(f"{rank_text}, {plural} {attempts}")
     return "; ".join(parts)
 
 
 def format_failure_summary(
-    records: Sequence[FailureRecord], log_dir: Optional[Path], max_restarts: int, show_log_path: bool = True,
+    records: Sequence[FailureRecord],
+    log_dir: Optional[Path],
+    max_restarts: int,
+    show_log_path: bool = True,
     gave_up: Optional[str] = None,
 ) -> str:
     """Multi-line summary of every attempt's failures; the first attempt's most likely
@@ -99,12 +104,17 @@ def _others(ordered: Sequence[FailureRecord]) -> list[str]:
     groups: dict[tuple[str, int, int, str], list[int]] = {}
     for record in ordered[1:]:
         # The launcher SIGTERMs the rest of a group once one worker failed.
-        collateral = (record.signal == "SIGTERM" and first_of_attempt[record.attempt] is not record
-                      and not recorded_traceback(record.message))
+        collateral = (
+            record.signal == "SIGTERM"
+            and first_of_attempt[record.attempt] is not record
+            and not recorded_traceback(record.message)
+        )
         label = "stopped by the launcher" if collateral else "also failed"
         groups.setdefault((label, record.rank, record.local_rank, _how(record)), []).append(record.attempt)
-    return [f"  {label}: {who([(rank, a) for a in found])} (local rank {local}): {how}"
-            for (label, rank, local, how), found in groups.items()]
+    return [
+        f"  {label}: {who([(rank, a) for a in found])} (local rank {local}): {how}"
+        for (label, rank, local, how), found in groups.items()
+    ]
 
 
 def _evidence(ordered: Sequence[FailureRecord], log_dir: Optional[Path], show_log_path: bool) -> list[str]:

@@ -48,7 +48,9 @@ class JobToken:
         return hashlib.sha256(self.value.encode()).hexdigest()
 
 
-def resolve_job_token(explicit: Optional[str], run_id: Optional[str], cluster: Optional[ClusterEnv]) -> Optional[JobToken]:
+def resolve_job_token(
+    explicit: Optional[str], run_id: Optional[str], cluster: Optional[ClusterEnv]
+) -> Optional[JobToken]:
     """The token this node presents (None: nothing tells this job from another)."""
     if explicit:
         return JobToken(explicit, "--job-token")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 import traceback
@@ -37,34 +36,12 @@ from neural_arch.distributed.launcher.args import PROG, LaunchUsageError, parse_
 from neural_arch.distributed.launcher.config import LaunchConfig, config_from_args
 from neural_arch.distributed.launcher.failures import format_failure_summary
 from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken, resolve_job_token
-from neural_arch.distributed.launcher.listen import LOOPBACK, loopback_interface
+from neural_arch.distributed.launcher.listen import LOOPBACK, check_port_free, is_local, loopback_interface
 from neural_arch.distributed.launcher.log_format import clear_progress_markers
 from neural_arch.distributed.launcher.program import check_program
 from neural_arch.distributed.launcher.rendezvous import rendezvous_handler
 from neural_arch.distributed.launcher.scratch import ScratchDir
 from neural_arch.distributed.launcher.torch_logs import torch_elastic_logs
-
-
-def _is_local(addr: str) -> bool:
-    if addr in ("localhost", "0.0.0.0") or addr.startswith("127."):
-        return True
-    try:
-        return socket.gethostbyname(addr) in ("127.0.0.1", socket.gethostbyname(socket.gethostname()))
-    except OSError:
-        return False
-
-
-def check_port_free(addr: str, port: int) -> None:
-    """Fail at once, with a clear message, if another process listens on ``port``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "in use"
-        try:
-            probe.bind(("", port))
-        except OSError:
-            raise RuntimeError(
-                f"master port {port} on {addr} is already in use (another job?); pass another "
-                "--master_port, or omit it on a single node to use a free port."
-            ) from None
 
 
 class DistributedLauncher:
@@ -81,21 +58,42 @@ class DistributedLauncher:
         if c.max_nodes == 1 and c.master_port is None and c.rdzv_backend != "static":
             # Port 0: the OS picks a free port atomically, so concurrent jobs never collide.
             if c.rdzv_backend == "c10d":  # asked for by name
-                return RendezvousParameters(backend="c10d", endpoint=f"{LOOPBACK}:0", run_id=run_id,
-                                            min_nodes=1, max_nodes=1, **{"join_timeout": c.start_timeout, **extra})
+                return RendezvousParameters(
+                    backend="c10d",
+                    endpoint=f"{LOOPBACK}:0",
+                    run_id=run_id,
+                    min_nodes=1,
+                    max_nodes=1,
+                    **{"join_timeout": c.start_timeout, **extra},
+                )
             # One node meets nobody: a static store. torch's c10d rendezvous would first sleep
             # a random 0-0.3 s (to spread many nodes' joins), on every job's way to its first step.
-            return RendezvousParameters(backend="static", endpoint=f"{LOOPBACK}:0", run_id=run_id, min_nodes=1,
-                                        max_nodes=1, rank=0, **{"timeout": c.start_timeout, **extra})
+            return RendezvousParameters(
+                backend="static",
+                endpoint=f"{LOOPBACK}:0",
+                run_id=run_id,
+                min_nodes=1,
+                max_nodes=1,
+                rank=0,
+                **{"timeout": c.start_timeout, **extra},
+            )
         if c.min_nodes != c.max_nodes or c.rdzv_backend == "c10d":  # nodes meet; node ranks are assigned
             return RendezvousParameters(
-                backend="c10d", endpoint=f"{c.master_addr}:{c.master_port}", run_id=run_id,
-                min_nodes=c.min_nodes, max_nodes=c.max_nodes,
+                backend="c10d",
+                endpoint=f"{c.master_addr}:{c.master_port}",
+                run_id=run_id,
+                min_nodes=c.min_nodes,
+                max_nodes=c.max_nodes,
                 **{"join_timeout": c.start_timeout, "last_call_timeout": 2, **extra},
             )
         return RendezvousParameters(
-            backend="static", endpoint=f"{c.master_addr}:{c.master_port}", run_id=run_id,
-            min_nodes=c.max_nodes, max_nodes=c.max_nodes, rank=c.node_rank, **{"timeout": c.start_timeout, **extra},
+            backend="static",
+            endpoint=f"{c.master_addr}:{c.master_port}",
+            run_id=run_id,
+            min_nodes=c.max_nodes,
+            max_nodes=c.max_nodes,
+            rank=c.node_rank,
+            **{"timeout": c.start_timeout, **extra},
         )
 
     def _worker_args(self, script: str, args: Sequence[str], log_dir: Path, shown_dir: Path) -> tuple[str, ...]:
@@ -104,16 +102,32 @@ class DistributedLauncher:
         cpus = cpu_bind.plan_binding(c.cpu_bind, c.nproc, {**os.environ, **self._worker_environment()})
         bound = () if cpus is None else ("--bind-cpus", cpu_bind.format_cpus(cpus))
         # --parent-pid: this process starts the workers (torch elastic's agent runs in it); they die with it.
-        return ("-u", "-m", "neural_arch.distributed.launcher.worker", "--console", "rank0" if c.rank0_only else "all",
-                *shown, *bound, "--run-as", c.run_as, "--log-dir", str(log_dir), "--parent-pid", str(os.getpid()),
-                "--shown-dir", str(shown_dir), script, *args)
+        return (
+            "-u",
+            "-m",
+            "neural_arch.distributed.launcher.worker",
+            "--console",
+            "rank0" if c.rank0_only else "all",
+            *shown,
+            *bound,
+            "--run-as",
+            c.run_as,
+            "--log-dir",
+            str(log_dir),
+            "--parent-pid",
+            str(os.getpid()),
+            "--shown-dir",
+            str(shown_dir),
+            script,
+            *args,
+        )
 
     def preflight(self, script: str) -> None:
         """Fail fast on what can be checked before starting anything (ValueError / RuntimeError)."""
         c = self.config
         check_program(script, c.run_as)
         static = c.min_nodes == c.max_nodes and c.rdzv_backend != "c10d"  # c10d: whichever node binds first hosts
-        if c.master_port is not None and c.node_rank == 0 and static and _is_local(c.master_addr):
+        if c.master_port is not None and c.node_rank == 0 and static and is_local(c.master_addr):
             check_port_free(c.master_addr, c.master_port)
 
     def launch(self, script: str, *args: str) -> int:
@@ -130,17 +144,25 @@ class DistributedLauncher:
             clear_progress_markers(log_dir)  # an earlier job's, e.g. one whose launcher was killed
             params = self._rendezvous(run_id)
             spec = WorkerSpec(
-                role=c.role, local_world_size=c.nproc, entrypoint=sys.executable,
-                event_log_handler=c.event_log_handler, virtual_local_rank=c.virtual_local_rank,
+                role=c.role,
+                local_world_size=c.nproc,
+                entrypoint=sys.executable,
+                event_log_handler=c.event_log_handler,
+                virtual_local_rank=c.virtual_local_rank,
                 args=self._worker_args(script, args, log_dir, scratch / "shown"),
                 rdzv_handler=rendezvous_handler(params, self._job_token()),
-                max_restarts=c.max_restarts, monitor_interval=c.monitor_interval,
+                max_restarts=c.max_restarts,
+                monitor_interval=c.monitor_interval,
                 master_addr=c.master_addr if params.backend == "static" else None,
                 master_port=c.master_port if params.backend == "static" else None,
             )
-            agent = RobustElasticAgent(spec=spec, logs_specs=DefaultLogsSpecs(log_dir=str(scratch / "elastic")),
-                                       shutdown_timeout=c.shutdown_timeout, log_dir=log_dir,
-                                       stop_repeated_failures=c.max_nodes == 1)
+            agent = RobustElasticAgent(
+                spec=spec,
+                logs_specs=DefaultLogsSpecs(log_dir=str(scratch / "elastic")),
+                shutdown_timeout=c.shutdown_timeout,
+                log_dir=log_dir,
+                stop_repeated_failures=c.max_nodes == 1,
+            )
             saved = dict(os.environ)
             os.environ.update(self._worker_environment())
             usr1 = _forward_usr1(agent)
@@ -155,18 +177,25 @@ class DistributedLauncher:
                     signal.signal(signal.SIGUSR1, usr1)
             if result.is_failed() and agent.stopped_by is not None:
                 name = signal.Signals(agent.stopped_by).name
-                print(f"launcher: the workers stopped on {name} as asked (a neural-arch trainer saved a checkpoint "
-                      "first); no restart. Run the same command to continue.", file=sys.stderr, flush=True)
+                print(
+                    f"launcher: the workers stopped on {name} as asked (a neural-arch trainer saved a checkpoint "
+                    "first); no restart. Run the same command to continue.",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return 128 + agent.stopped_by
             if result.is_failed():
-                summary = format_failure_summary(agent.failure_history, log_dir, c.max_restarts,
-                                                 show_log_path=bool(c.log_dir), gave_up=agent.gave_up)
+                summary = format_failure_summary(
+                    agent.failure_history, log_dir, c.max_restarts, show_log_path=bool(c.log_dir), gave_up=agent.gave_up
+                )
                 print(summary, file=sys.stderr, flush=True)
                 return 1
         return 0
 
     def _worker_environment(self) -> dict[str, str]:
-        env = {"TORCHELASTIC_SIGNALS_TO_HANDLE": self.config.signals_to_handle}  # read by torch elastic, as torchrun sets it
+        env = {
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": self.config.signals_to_handle
+        }  # read by torch elastic, as torchrun sets it
         if self.config.backend not in (None, "auto"):
             env["NEURAL_ARCH_BACKEND"] = str(self.config.backend)
         if self.config.timeout is not None:
@@ -195,8 +224,12 @@ class DistributedLauncher:
             cluster = None
         token = resolve_job_token(c.job_token, c.run_id, cluster)
         if token is None:
-            print(f"launcher: note: no job token (--job-token, --rdzv-id or a scheduler's job id), so any launcher "
-                  f"pointed at {c.master_addr}:{c.master_port} may join this job.", file=sys.stderr, flush=True)
+            print(
+                f"launcher: note: no job token (--job-token, --rdzv-id or a scheduler's job id), so any launcher "
+                f"pointed at {c.master_addr}:{c.master_port} may join this job.",
+                file=sys.stderr,
+                flush=True,
+            )
         return token
 
 
@@ -233,11 +266,15 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         return 2
     except SignalException as stop:  # Ctrl-C or SIGTERM to the launcher: asked for, not a failure
         name = signal.Signals(stop.sigval).name
-        print(f"{prog}: stopped by {name}; the workers were stopped too (SIGKILL after --shutdown-timeout).",
-              file=sys.stderr)
+        print(
+            f"{prog}: stopped by {name}; the workers were stopped too (SIGKILL after --shutdown-timeout).",
+            file=sys.stderr,
+        )
         return 128 + int(stop.sigval)
     except Exception as exc:  # noqa: BLE001 - the job's machinery failed, not the user's input
         traceback.print_exc()
-        print(f"{prog}: the launcher itself failed ({type(exc).__name__}: {exc}); "
-              "the traceback above shows where.", file=sys.stderr)
+        print(
+            f"{prog}: the launcher itself failed ({type(exc).__name__}: {exc}); the traceback above shows where.",
+            file=sys.stderr,
+        )
         return 1

@@ -53,9 +53,12 @@ def _listener_or_wildcard(host: str, port: int) -> Optional[socket.socket]:
     except OSError as exc:
         if exc.errno != errno.EADDRNOTAVAIL:
             raise
-    print(f"launcher: note: {host} is not an address of this machine, so the store on port {port or '(free)'} "
-          "listens on all interfaces; pass --master-addr/--local-addr naming this machine to avoid that.",
-          file=sys.stderr, flush=True)
+    print(
+        f"launcher: note: {host} is not an address of this machine, so the store on port {port or '(free)'} "
+        "listens on all interfaces; pass --master-addr/--local-addr naming this machine to avoid that.",
+        file=sys.stderr,
+        flush=True,
+    )
     return None
 
 
@@ -63,8 +66,9 @@ def serving_store(host: str, port: int, timeout: timedelta) -> dist.TCPStore:
     """Host a ``TCPStore`` listening on ``host``'s address only; clients reach it at ``host:store.port``."""
     listener = _listener_or_wildcard(host, port)
     fd = listener.detach() if listener is not None else None  # the store owns the fd from here on
-    return dist.TCPStore(host, port, None, True, timeout, wait_for_workers=False, multi_tenant=True,
-                         master_listen_fd=fd)
+    return dist.TCPStore(
+        host, port, None, True, timeout, wait_for_workers=False, multi_tenant=True, master_listen_fd=fd
+    )
 
 
 def client_store(host: str, port: int, timeout: timedelta) -> dist.TCPStore:
@@ -95,3 +99,26 @@ def loopback_interface() -> Optional[str]:
     except OSError:
         return None
     return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+def is_local(addr: str) -> bool:
+    """Whether ``addr`` names this machine (loopback, or the address its hostname resolves to)."""
+    if addr in ("localhost", "0.0.0.0") or addr.startswith("127."):
+        return True
+    try:
+        return socket.gethostbyname(addr) in ("127.0.0.1", socket.gethostbyname(socket.gethostname()))
+    except OSError:
+        return False
+
+
+def check_port_free(addr: str, port: int) -> None:
+    """Fail at once, with a clear message, if another process listens on ``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "in use"
+        try:
+            probe.bind(("", port))
+        except OSError:
+            raise RuntimeError(
+                f"master port {port} on {addr} is already in use (another job?); pass another "
+                "--master_port, or omit it on a single node to use a free port."
+            ) from None

@@ -24,33 +24,73 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 def _job(g: argparse._ArgumentGroup) -> None:
     add = g.add_argument
-    add("--nproc-per-node", "--nproc_per_node", default="1",
-        help="workers on this node: an int, 'cpu' (CPU cores), 'gpu' (GPUs) or 'auto' (GPUs, else CPU cores)")
+    add(
+        "--nproc-per-node",
+        "--nproc_per_node",
+        default="1",
+        help="workers on this node: an int, 'cpu' (CPU cores), 'gpu' (GPUs) or 'auto' (GPUs, else CPU cores)",
+    )
     add("--nnodes", default="1", help="nodes: N, or MIN:MAX for an elastic job")
     add("--node-rank", "--node_rank", type=int, default=0, help="this node's index (static rendezvous only)")
-    add("--backend", default=None, choices=["gloo", "nccl", "auto"],
-        help="collective backend for init_process_group() (None: nccl with GPUs, else gloo)")
+    add(
+        "--backend",
+        default=None,
+        choices=["gloo", "nccl", "auto"],
+        help="collective backend for init_process_group() (None: nccl with GPUs, else gloo)",
+    )
 
 
 def _rendezvous(g: argparse._ArgumentGroup) -> None:
     add = g.add_argument
     add("--master-addr", "--master_addr", default="127.0.0.1", help="host of node 0")
-    add("--master-port", "--master_port", type=int, default=None,
-        help="port on node 0 (None on one node: a free port chosen by the OS)")
-    add("--rdzv-backend", "--rdzv_backend", default=None, choices=["static", "c10d", "etcd", "etcd-v2"],
+    add(
+        "--master-port",
+        "--master_port",
+        type=int,
+        default=None,
+        help="port on node 0 (None on one node: a free port chosen by the OS)",
+    )
+    add(
+        "--rdzv-backend",
+        "--rdzv_backend",
+        default=None,
+        choices=["static", "c10d", "etcd", "etcd-v2"],
         help="None: automatic (one node: static on a free port; N nodes: static; MIN:MAX: c10d). "
-             "c10d: nodes meet at --rdzv-endpoint and get their node rank from the rendezvous")
-    add("--rdzv-endpoint", "--rdzv_endpoint", default="",
-        help="HOST[:PORT] where nodes meet; sets --master-addr/--master-port (port default 29400)")
-    add("--rdzv-id", "--rdzv_id", "--run-id", "--run_id", dest="run_id", default=None,
-        help="job id shared by all nodes (None: derived from the endpoint)")
-    add("--job-token", "--job_token", default=None,
+        "c10d: nodes meet at --rdzv-endpoint and get their node rank from the rendezvous",
+    )
+    add(
+        "--rdzv-endpoint",
+        "--rdzv_endpoint",
+        default="",
+        help="HOST[:PORT] where nodes meet; sets --master-addr/--master-port (port default 29400)",
+    )
+    add(
+        "--rdzv-id",
+        "--rdzv_id",
+        "--run-id",
+        "--run_id",
+        dest="run_id",
+        default=None,
+        help="job id shared by all nodes (None: derived from the endpoint)",
+    )
+    add(
+        "--job-token",
+        "--job_token",
+        default=None,
         help="multi-node: every node must present this token to join, so a foreign job on the same port is "
-             "refused (None: --rdzv-id, else the scheduler's job id such as SLURM_JOB_ID)")
-    add("--rdzv-conf", "--rdzv_conf", default="",
-        help="more rendezvous settings, KEY=VALUE,... (e.g. join_timeout=900,last_call_timeout=5)")
-    add("--standalone", action="store_true",
-        help="one node, rendezvous on a free port (ignores --rdzv-*/--master-*); also the default for one node")
+        "refused (None: --rdzv-id, else the scheduler's job id such as SLURM_JOB_ID)",
+    )
+    add(
+        "--rdzv-conf",
+        "--rdzv_conf",
+        default="",
+        help="more rendezvous settings, KEY=VALUE,... (e.g. join_timeout=900,last_call_timeout=5)",
+    )
+    add(
+        "--standalone",
+        action="store_true",
+        help="one node, rendezvous on a free port (ignores --rdzv-*/--master-*); also the default for one node",
+    )
     add("--local-addr", "--local_addr", default=None, help="this node's address for the rendezvous (None: its FQDN)")
     add("--start-timeout", "--start_timeout", type=float, default=600, help="seconds to wait for all nodes to join")
 
@@ -59,51 +99,108 @@ def _program(g: argparse._ArgumentGroup) -> None:
     add = g.add_argument
     add("-m", "--module", action="store_true", help="SCRIPT is a module name, run as with 'python -m'")
     add("--no-python", "--no_python", action="store_true", help="SCRIPT is an executable, run without python")
-    add("--run-path", "--run_path", action="store_true",
-        help="run SCRIPT with runpy.run_path in the worker's interpreter: what this launcher always does")
+    add(
+        "--run-path",
+        "--run_path",
+        action="store_true",
+        help="run SCRIPT with runpy.run_path in the worker's interpreter: what this launcher always does",
+    )
     add("--role", default="default", help="name of the workers' role (ROLE_NAME in their environment)")
-    add("--virtual-local-rank", "--virtual_local_rank", action="store_true",
-        help="LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES set to its GPU")
-    add("--cpu-bind", "--cpu_bind", choices=["auto", "none"], default="auto",
+    add(
+        "--virtual-local-rank",
+        "--virtual_local_rank",
+        action="store_true",
+        help="LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES set to its GPU",
+    )
+    add(
+        "--cpu-bind",
+        "--cpu_bind",
+        choices=["auto", "none"],
+        default="auto",
         help="auto (default): each worker its own cores when the workers' threads fill this node's CPUs; "
-             "none: the OS places them")
+        "none: the OS places them",
+    )
 
 
 def _restarts(g: argparse._ArgumentGroup) -> None:
     add = g.add_argument
-    add("--max-restarts", "--max_restarts", type=int, default=3,
+    add(
+        "--max-restarts",
+        "--max_restarts",
+        type=int,
+        default=3,
         help="group restarts after a failure before giving up (torchrun: 0); a rank failing with the same Python "
-             "exception at the same place on two attempts in a row, with no checkpoint saved in between, stops at once")
-    add("--monitor-interval", "--monitor_interval", type=float, default=0.1, help="seconds between worker health checks")
-    add("--timeout", type=float, default=None,
-        help="collective timeout in seconds for init_process_group() (None: 600); a hung rank fails after it")
-    add("--shutdown-timeout", "--shutdown_timeout", type=int, default=5,
-        help="seconds a stopping worker gets after SIGTERM before SIGKILL (torchrun: 30)")
-    add("--signals-to-handle", "--signals_to_handle", default=TORCHRUN_SIGNALS,
-        help="signals the launcher forwards to the workers, comma-separated (add SIGUSR1 for SLURM's --signal)")
+        "exception at the same place on two attempts in a row, with no checkpoint saved in between, stops at once",
+    )
+    add(
+        "--monitor-interval", "--monitor_interval", type=float, default=0.1, help="seconds between worker health checks"
+    )
+    add(
+        "--timeout",
+        type=float,
+        default=None,
+        help="collective timeout in seconds for init_process_group() (None: 600); a hung rank fails after it",
+    )
+    add(
+        "--shutdown-timeout",
+        "--shutdown_timeout",
+        type=int,
+        default=5,
+        help="seconds a stopping worker gets after SIGTERM before SIGKILL (torchrun: 30)",
+    )
+    add(
+        "--signals-to-handle",
+        "--signals_to_handle",
+        default=TORCHRUN_SIGNALS,
+        help="signals the launcher forwards to the workers, comma-separated (add SIGUSR1 for SLURM's --signal)",
+    )
 
 
 def _output(g: argparse._ArgumentGroup) -> None:
     add = g.add_argument
     add("--log-dir", "--log_dir", default=None, help="write each rank's whole output to LOG_DIR/rank_N.log")
     add("--rank0-only", "--rank0_only", action="store_true", help="show only global rank 0's output on the console")
-    add("--local-ranks-filter", "--local_ranks_filter", default="",
-        help="show only these local ranks' output on the console, e.g. 0,1 ('': all)")
-    add("-r", "--redirects", default="0",
+    add(
+        "--local-ranks-filter",
+        "--local_ranks_filter",
+        default="",
+        help="show only these local ranks' output on the console, e.g. 0,1 ('': all)",
+    )
+    add(
+        "-r",
+        "--redirects",
+        default="0",
         help="keep a rank's output off the console (log file only): 3, or per local rank 0:3,1:0; "
-             "1/2 (one stream only) are refused: stdout and stderr are one ordered stream here")
-    add("-t", "--tee", default="0",
-        help="accepted for torchrun: output always goes to the console and to the rank's log file here")
-    add("--verbose", action="store_true",
-        help="also show torch elastic's own log lines (W/E lines naming api.py, at its level: WARNING, or LOGLEVEL)")
+        "1/2 (one stream only) are refused: stdout and stderr are one ordered stream here",
+    )
+    add(
+        "-t",
+        "--tee",
+        default="0",
+        help="accepted for torchrun: output always goes to the console and to the rank's log file here",
+    )
+    add(
+        "--verbose",
+        action="store_true",
+        help="also show torch elastic's own log lines (W/E lines naming api.py, at its level: WARNING, or LOGLEVEL)",
+    )
 
 
 def _accepted(g: argparse._ArgumentGroup) -> None:
     add = g.add_argument
-    add("--start-method", "--start_method", default="spawn", choices=["spawn", "fork", "forkserver"],
-        help="no effect: a script runs in a fresh process, as with torchrun")
-    add("--event-log-handler", "--event_log_handler", default="null",
-        help="torch elastic event handler name ('null', 'console', ...)")
+    add(
+        "--start-method",
+        "--start_method",
+        default="spawn",
+        choices=["spawn", "fork", "forkserver"],
+        help="no effect: a script runs in a fresh process, as with torchrun",
+    )
+    add(
+        "--event-log-handler",
+        "--event_log_handler",
+        default="null",
+        help="torch elastic event handler name ('null', 'console', ...)",
+    )
     add("--duplicate-stdout-filters", "--duplicate_stdout_filters", default="", help="not supported: must be empty")
     add("--duplicate-stderr-filters", "--duplicate_stderr_filters", default="", help="not supported: must be empty")
     add("--logs-specs", "--logs_specs", default=None, help="not supported: must be unset")

@@ -29,12 +29,16 @@ def check_program(script: str, run_as: str) -> None:
         except (ImportError, ValueError):
             found = None
         if found is None:
-            raise ValueError(f"module {script!r} not found (with -m the script is a module name, e.g. my_pkg.train, "
-                             "importable from the current directory).")
+            raise ValueError(
+                f"module {script!r} not found (with -m the script is a module name, e.g. my_pkg.train, "
+                "importable from the current directory)."
+            )
     elif run_as == "executable":
         if shutil.which(script) is None:
-            raise ValueError(f"executable {script!r} not found or not executable (with --no-python the script is a "
-                             "program: give its path or put it on PATH, and chmod +x it).")
+            raise ValueError(
+                f"executable {script!r} not found or not executable (with --no-python the script is a "
+                "program: give its path or put it on PATH, and chmod +x it)."
+            )
     elif not Path(script).is_file():
         raise ValueError(f"script {script!r} not found; pass the path of a Python file (or -m MODULE).")
 

@@ -39,8 +39,9 @@ def rendezvous_handler(params: RendezvousParameters, token: Optional[JobToken]) 
     host, port = parse_rendezvous_endpoint(params.endpoint, default_port=DEFAULT_PORT)
     if params.backend == "static":
         return _static_handler(params, host, port, token)
-    store = rendezvous_store(host, port, timedelta(seconds=params.get_as_int("read_timeout", 60) or 60),
-                             params.get_as_bool("is_host"))
+    store = rendezvous_store(
+        host, port, timedelta(seconds=params.get_as_int("read_timeout", 60) or 60), params.get_as_bool("is_host")
+    )
     _check_job(store, token, host, store.port)
     handler = create_handler(store, C10dRendezvousBackend(store, params.run_id), params)
     # Rank 0's agent hosts the workers' bootstrap store through this method; torch's version
@@ -59,6 +60,7 @@ def _republishing(next_rendezvous: Callable[[], RendezvousInfo]) -> Callable[[],
     rendezvous times out, while node 0 waits for the joiner's role info. Written again in
     each round's own key space, the joiner finds it.
     """
+
     def republished() -> RendezvousInfo:
         info = next_rendezvous()
         boot = info.bootstrap_store_info
@@ -66,6 +68,7 @@ def _republishing(next_rendezvous: Callable[[], RendezvousInfo]) -> Callable[[],
             info.store.set(RendezvousStoreInfo.MASTER_ADDR_KEY, boot.master_addr.encode())
             info.store.set(RendezvousStoreInfo.MASTER_PORT_KEY, str(boot.master_port).encode())
         return info
+
     return republished
 
 

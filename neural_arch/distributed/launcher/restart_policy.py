@@ -30,8 +30,16 @@ from typing import Optional, Sequence
 
 from neural_arch.distributed.launcher.records import FailureRecord
 
-PEER_ERRORS = ("connection reset by peer", "connection closed by peer", "connectfullmesh", "timed out", "timeout",
-               "broken pipe", "connection refused", "did not arrive")
+PEER_ERRORS = (
+    "connection reset by peer",
+    "connection closed by peer",
+    "connectfullmesh",
+    "timed out",
+    "timeout",
+    "broken pipe",
+    "connection refused",
+    "did not arrive",
+)
 """Text of errors a rank raises because a PEER died or stalled: effects, not causes."""
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
@@ -92,8 +100,10 @@ def repeated_failure(history: Sequence[FailureRecord], attempt: int, progressed:
     sig = now[same[0]]
     assert sig is not None  # filtered above
     who = f"rank {same[0]}" if len(same) == 1 else "ranks " + ", ".join(map(str, same))
-    return (f"{who} failed with the same {sig.exception} at {sig.where()} on attempts {attempt - 1} and {attempt} "
-            "without saving a new checkpoint, so another restart would fail the same way; fix it and run again")
+    return (
+        f"{who} failed with the same {sig.exception} at {sig.where()} on attempts {attempt - 1} and {attempt} "
+        "without saving a new checkpoint, so another restart would fail the same way; fix it and run again"
+    )
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
@@ -118,6 +128,8 @@ def usage_error(history: Sequence[FailureRecord], attempt: int) -> Optional[str]
     """Why a restart after ``attempt`` cannot help when a rank exited with code 2, or None."""
     for record in history:
         if record.attempt == attempt and record.signal is None and record.exitcode == USAGE_ERROR:
-            return (f"rank {record.rank} exited with code {USAGE_ERROR}, a usage or configuration error (its "
-                    "message is below); a restart would give the same answer")
+            return (
+                f"rank {record.rank} exited with code {USAGE_ERROR}, a usage or configuration error (its "
+                "message is below); a restart would give the same answer"
+            )
     return None

@@ -52,8 +52,12 @@ class ScratchDir:
         self.path = Path(tempfile.mkdtemp(prefix=self.prefix))
         read_fd, self._write_fd = os.pipe()  # not inheritable: workers must not keep the pipe open
         self._cleaner = subprocess.Popen(
-            [sys.executable, __file__, str(self.path)], stdin=read_fd, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True,
+            [sys.executable, __file__, str(self.path)],
+            stdin=read_fd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            start_new_session=True,
         )
         os.close(read_fd)
         return self.path

@@ -19,8 +19,10 @@ DEFAULT_RDZV_PORT = 29400
 def refuse_unsupported(ns: argparse.Namespace) -> None:
     """One-line ``ValueError`` for torchrun options accepted by the parser but not honoured."""
     if ns.rdzv_backend in ("etcd", "etcd-v2"):
-        raise ValueError(f"--rdzv-backend={ns.rdzv_backend} is not supported by this launcher (it needs an etcd "
-                         "server and python-etcd); use --rdzv-backend=c10d with --rdzv-endpoint=HOST:PORT.")
+        raise ValueError(
+            f"--rdzv-backend={ns.rdzv_backend} is not supported by this launcher (it needs an etcd "
+            "server and python-etcd); use --rdzv-backend=c10d with --rdzv-endpoint=HOST:PORT."
+        )
     instead = {
         "duplicate_stdout_filters": "grep the ranks' --log-dir/rank_N.log files instead",
         "duplicate_stderr_filters": "grep the ranks' --log-dir/rank_N.log files instead",
@@ -29,7 +31,9 @@ def refuse_unsupported(ns: argparse.Namespace) -> None:
     }
     for name, hint in instead.items():
         if getattr(ns, name):
-            raise ValueError(f"--{name.replace('_', '-')}={getattr(ns, name)!r} is not supported by this launcher; {hint}.")
+            raise ValueError(
+                f"--{name.replace('_', '-')}={getattr(ns, name)!r} is not supported by this launcher; {hint}."
+            )
     if ns.module and ns.no_python:
         raise ValueError("--module and --no-python exclude each other: a module needs python.")
 
@@ -54,7 +58,9 @@ def rdzv_conf(text: str) -> dict[str, str]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise ValueError(f"--rdzv-conf={text!r}: {item!r} is not KEY=VALUE; e.g. join_timeout=900,last_call_timeout=5.")
+            raise ValueError(
+                f"--rdzv-conf={text!r}: {item!r} is not KEY=VALUE; e.g. join_timeout=900,last_call_timeout=5."
+            )
         conf[key.strip()] = value.strip()
     return conf
 
@@ -67,7 +73,9 @@ def console_local_ranks(filter_text: str, redirects: str, nproc: int) -> Optiona
         try:
             shown &= {int(part) for part in filter_text.split(",") if part.strip()}
         except ValueError:
-            raise ValueError(f"--local-ranks-filter={filter_text!r} must be comma-separated local ranks, e.g. 0,1.") from None
+            raise ValueError(
+                f"--local-ranks-filter={filter_text!r} must be comma-separated local ranks, e.g. 0,1."
+            ) from None
     try:
         spec = Std.from_str(redirects)
     except ValueError:
@@ -75,8 +83,10 @@ def console_local_ranks(filter_text: str, redirects: str, nproc: int) -> Optiona
     per_rank = spec if isinstance(spec, dict) else {rank: spec for rank in range(nproc)}
     for rank, std in per_rank.items():
         if std in (Std.OUT, Std.ERR):
-            raise ValueError(f"--redirects={redirects!r}: redirecting only stdout or only stderr is not supported "
-                             "(they are one ordered stream here); use 3 (both, log file only) or 0.")
+            raise ValueError(
+                f"--redirects={redirects!r}: redirecting only stdout or only stderr is not supported "
+                "(they are one ordered stream here); use 3 (both, log file only) or 0."
+            )
         if std == Std.ALL:
             shown.discard(rank)
     return None if shown == set(range(nproc)) else tuple(sorted(shown))
@@ -104,4 +114,6 @@ def check_event_handler(name: str) -> None:
     from torch.distributed.elastic.events.handlers import _log_handlers
 
     if name not in _log_handlers:
-        raise ValueError(f"--event-log-handler={name!r} is not a torch elastic handler; use one of {sorted(_log_handlers)}.")
+        raise ValueError(
+            f"--event-log-handler={name!r} is not a torch elastic handler; use one of {sorted(_log_handlers)}."
+        )

@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import sys
 import subprocess
+import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from neural_arch.distributed.env import detect_cluster_env
 from neural_arch.distributed.checkpoint.progress import on_checkpoint_saved
+from neural_arch.distributed.env import detect_cluster_env
 from neural_arch.distributed.launcher.cpu_bind import bind_worker, parse_cpus
 from neural_arch.distributed.launcher.crash_report import report_failure
 from neural_arch.distributed.launcher.lifeline import die_with_parent
@@ -56,7 +56,9 @@ class OutputTee:
         read_fd, write_fd = os.pipe()
         self.pump = subprocess.Popen(
             [sys.executable, LOGPUMP, prefix, str(log_fd), "1" if show else "0"],
-            stdin=read_fd, close_fds=True, pass_fds=(log_fd,) if log_fd >= 0 else (),
+            stdin=read_fd,
+            close_fds=True,
+            pass_fds=(log_fd,) if log_fd >= 0 else (),
             # Its own session: the launcher SIGKILLs a stopped worker's whole process group,
             # and the pump must outlive that long enough to write the worker's last lines.
             start_new_session=True,
@@ -90,8 +92,12 @@ class OutputTee:
 
 def _rebind_python_streams() -> None:
     # Line-buffered text streams on fds 1/2, so lines arrive whole and in order.
-    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True)
-    sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True)
+    sys.stdout = io.TextIOWrapper(
+        os.fdopen(1, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True
+    )
+    sys.stderr = io.TextIOWrapper(
+        os.fdopen(2, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True
+    )
 
 
 def _exit_code(code: object) -> int:
@@ -103,7 +109,9 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def run_script(script: str, args: Sequence[str], run_as: str = "script", shown: Optional[ShownTracebacks] = None) -> int:
+def run_script(
+    script: str, args: Sequence[str], run_as: str = "script", shown: Optional[ShownTracebacks] = None
+) -> int:
     """Run ``script`` (a Python file, a module, or an executable: ``run_as``) with ``args``;
     returns its exit code. ``shown``: the console's tracebacks (crash_report.py)."""
     if run_as == "executable":
@@ -160,7 +168,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if ns.bind_cpus:  # after the log pump started: it need not share this rank's cores
         bind_worker(parse_cpus(ns.bind_cpus), cluster.local_rank, cluster.local_world_size)
     # Only a rank whose output reaches the console can repeat what the console showed.
-    shown = ShownTracebacks(Path(ns.shown_dir), rank, attempt_number(cluster.attempt)) if ns.shown_dir and show else None
+    shown = (
+        ShownTracebacks(Path(ns.shown_dir), rank, attempt_number(cluster.attempt)) if ns.shown_dir and show else None
+    )
     try:
         code = run_script(ns.script, ns.args, ns.run_as, shown)
     finally:

@@ -29,8 +29,9 @@ def apply_activation_checkpointing(blocks: Sequence[nn.Module], every: int, firs
     so "every k-th block" means the same blocks however the model is split.
     """
     if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-        raise ValueError(f"activation_checkpointing={every!r} must be 0 (none), 1 (every block) or k > 1 "
-                         "(every k-th block)")
+        raise ValueError(
+            f"activation_checkpointing={every!r} must be 0 (none), 1 (every block) or k > 1 (every k-th block)"
+        )
     if every == 0:
         return []
     chosen = [i for i in range(len(blocks)) if (first_index + i) % every == 0]

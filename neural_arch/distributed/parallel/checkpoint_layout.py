@@ -41,12 +41,16 @@ def _scattered(t: Any) -> list[int]:
     if not isinstance(t, DTensor):
         return []
     ps = t.placements
-    return [i for i, p in enumerate(ps) if isinstance(p, _StridedShard)
-            and not any(type(q) is Shard and q.dim == p.dim for q in ps[i + 1:])]
+    return [
+        i
+        for i, p in enumerate(ps)
+        if isinstance(p, _StridedShard) and not any(type(q) is Shard and q.dim == p.dim for q in ps[i + 1 :])
+    ]
 
 
 def dcp_savable(state: Any) -> Any:
     """``state`` (any nesting of dicts/lists/tuples) with DCP-unsavable DTensors replicated over their strided dim."""
+
     def convert(t: Any) -> Any:
         dims = _scattered(t)
         if not dims:
@@ -61,6 +65,7 @@ def dcp_savable(state: Any) -> Any:
 
 def dcp_restore(state: Any) -> Any:
     """Inverse of ``dcp_savable`` after ``dcp.load`` filled it: tensors back in their model layout."""
+
     def convert(t: Any) -> Any:
         original = getattr(t, _ORIGINAL, None)
         return t if original is None else t.redistribute(placements=original)

@@ -45,8 +45,13 @@ def mixed_precision(layout: ParallelLayout) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy(param_dtype=_dtype(layout.param_dtype), reduce_dtype=_dtype(layout.reduce_dtype))
 
 
-def apply_fsdp(model: nn.Module, mesh: DeviceMesh, layout: ParallelLayout, blocks: Iterable[nn.Module],
-               reshard_after_forward: Optional[bool] = None) -> nn.Module:
+def apply_fsdp(
+    model: nn.Module,
+    mesh: DeviceMesh,
+    layout: ParallelLayout,
+    blocks: Iterable[nn.Module],
+    reshard_after_forward: Optional[bool] = None,
+) -> nn.Module:
     """Shard every block, then the root, over the layout's data-parallel ranks; returns ``model``.
 
     ``reshard_after_forward`` (default: the layout's) frees gathered block parameters after
@@ -71,8 +76,10 @@ def shard_dim(param: nn.Parameter) -> Optional[Shard]:
     """
     if isinstance(param, DTensor) and any(isinstance(p, _StridedShard) and p.dim == 0 for p in param.placements):
         if param.ndim < 2:
-            raise ValueError(f"FSDP cannot shard a 1-D parameter of shape {tuple(param.shape)} that tensor "
-                             "parallelism split into strided parts; keep it replicated over tp")
+            raise ValueError(
+                f"FSDP cannot shard a 1-D parameter of shape {tuple(param.shape)} that tensor "
+                "parallelism split into strided parts; keep it replicated over tp"
+            )
         return Shard(1)
     return None
 

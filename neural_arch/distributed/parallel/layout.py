@@ -24,7 +24,10 @@ MULTI_STAGE_SCHEDULES: tuple[str, ...] = ("interleaved_1f1b", "zero_bubble")
 VIRTUAL_STAGES = 2
 
 DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32, "fp64": torch.float64, "bf16": torch.bfloat16, "fp16": torch.float16,
+    "fp32": torch.float32,
+    "fp64": torch.float64,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
 }
 """Names accepted for ``param_dtype`` / ``reduce_dtype``."""
 
@@ -98,29 +101,41 @@ def validate(layout: ParallelLayout, world_size: int) -> ParallelLayout:
     if layout.world_size != world_size:
         raise ValueError(
             f"parallel: dp_replicate*dp_shard*tp*pp = {layout.dp_replicate}*{layout.dp_shard}*{layout.tp}*{layout.pp}"
-            f" = {layout.world_size} but the world has {world_size} processes; make the product {world_size}")
+            f" = {layout.world_size} but the world has {world_size} processes; make the product {world_size}"
+        )
     if layout.pp > 1 and layout.microbatches < layout.pp:
-        raise ValueError(f"parallel.microbatches={layout.microbatches} is less than pp={layout.pp}; a pipeline "
-                         f"needs at least one micro-batch per stage rank: set microbatches >= {layout.pp}")
+        raise ValueError(
+            f"parallel.microbatches={layout.microbatches} is less than pp={layout.pp}; a pipeline "
+            f"needs at least one micro-batch per stage rank: set microbatches >= {layout.pp}"
+        )
     if layout.pp > 1 and layout.pp_schedule in MULTI_STAGE_SCHEDULES and layout.microbatches % layout.pp:
-        raise ValueError(f"parallel.microbatches={layout.microbatches} with pp_schedule={layout.pp_schedule!r} "
-                         f"must be a multiple of pp={layout.pp}; e.g. microbatches={_round_up(layout.microbatches, layout.pp)}")
+        raise ValueError(
+            f"parallel.microbatches={layout.microbatches} with pp_schedule={layout.pp_schedule!r} "
+            f"must be a multiple of pp={layout.pp}; e.g. microbatches={_round_up(layout.microbatches, layout.pp)}"
+        )
     if layout.pp == 1 and layout.microbatches != 1:
-        raise ValueError(f"parallel.microbatches={layout.microbatches} splits a pipeline step but pp=1; set "
-                         "microbatches=1 (use gradient accumulation to split a batch without a pipeline)")
+        raise ValueError(
+            f"parallel.microbatches={layout.microbatches} splits a pipeline step but pp=1; set "
+            "microbatches=1 (use gradient accumulation to split a batch without a pipeline)"
+        )
     return layout
 
 
 def validate_model(layout: ParallelLayout, n_blocks: int, n_heads: Optional[int] = None) -> None:
     """One-line ``ValueError`` when the model's block or head count cannot be split as asked."""
     if layout.num_stages > n_blocks:
-        what = f"pp={layout.pp}" + (f" x {layout.stages_per_rank} stages per rank ({layout.pp_schedule})"
-                                    if layout.stages_per_rank > 1 else "")
-        raise ValueError(f"parallel: {what} = {layout.num_stages} pipeline stages but the model has {n_blocks} "
-                         "blocks; use at most one stage per block")
+        what = f"pp={layout.pp}" + (
+            f" x {layout.stages_per_rank} stages per rank ({layout.pp_schedule})" if layout.stages_per_rank > 1 else ""
+        )
+        raise ValueError(
+            f"parallel: {what} = {layout.num_stages} pipeline stages but the model has {n_blocks} "
+            "blocks; use at most one stage per block"
+        )
     if n_heads is not None and n_heads % layout.tp:
-        raise ValueError(f"parallel.tp={layout.tp} does not divide the model's {n_heads} attention heads; "
-                         f"choose tp among {[d for d in range(1, n_heads + 1) if n_heads % d == 0]}")
+        raise ValueError(
+            f"parallel.tp={layout.tp} does not divide the model's {n_heads} attention heads; "
+            f"choose tp among {[d for d in range(1, n_heads + 1) if n_heads % d == 0]}"
+        )
 
 
 def layout_from_dict(values: dict[str, Any]) -> ParallelLayout:
@@ -136,8 +151,10 @@ def _check_sequence_parallel(layout: ParallelLayout) -> None:
     if not isinstance(layout.sequence_parallel, bool):
         raise ValueError(f"parallel.sequence_parallel={layout.sequence_parallel!r} must be true or false")
     if layout.sequence_parallel and layout.tp == 1:
-        raise ValueError("parallel.sequence_parallel=true splits the sequence over tensor-parallel ranks but tp=1; "
-                         "set tp >= 2 or sequence_parallel=false")
+        raise ValueError(
+            "parallel.sequence_parallel=true splits the sequence over tensor-parallel ranks but tp=1; "
+            "set tp >= 2 or sequence_parallel=false"
+        )
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -29,7 +29,11 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import (
-    PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
 )
 
 from neural_arch.distributed.parallel.layout import ParallelLayout
@@ -60,9 +64,15 @@ def local_stages(pp_rank: int, layout: ParallelLayout) -> list[int]:
     return [pp_rank + k * layout.pp for k in range(layout.stages_per_rank)]
 
 
-def build_pipeline(model: nn.Module, layout: ParallelLayout, mesh: DeviceMesh, plan: Optional[ParallelPlan],
-                   sample_loss: SampleLoss, microbatch_size: int,
-                   device: Optional[torch.device] = None) -> PipelineRunner:
+def build_pipeline(
+    model: nn.Module,
+    layout: ParallelLayout,
+    mesh: DeviceMesh,
+    plan: Optional[ParallelPlan],
+    sample_loss: SampleLoss,
+    microbatch_size: int,
+    device: Optional[torch.device] = None,
+) -> PipelineRunner:
     """This rank's stages of ``model`` with the layout applied, behind a ``PipelineRunner``.
 
     ``sample_loss(output, targets)`` gives per-sample losses [micro-batch] from the last
@@ -84,8 +94,7 @@ def build_pipeline(model: nn.Module, layout: ParallelLayout, mesh: DeviceMesh, p
         apply_layout(module, layout, mesh, plan, [blocks[i] for i in split[s]], split[s].start)
         modules.append(module)
         stages.append(PipelineStage(module, s, layout.num_stages, device, group=mesh["pp"].get_group()))
-    return PipelineRunner(stages, modules, layout, mesh, sample_loss, microbatch_size, tied,
-                          _schedule_factory(layout))
+    return PipelineRunner(stages, modules, layout, mesh, sample_loss, microbatch_size, tied, _schedule_factory(layout))
 
 
 def _schedule_factory(layout: ParallelLayout) -> Callable[[list[PipelineStage], Callable[..., torch.Tensor]], object]:
@@ -101,5 +110,7 @@ def _schedule_factory(layout: ParallelLayout) -> Callable[[list[PipelineStage], 
 def _check_split(split: list[range], n_blocks: int, n_stages: int) -> None:
     covered = [i for r in split for i in r]
     if len(split) != n_stages or covered != list(range(n_blocks)) or any(len(r) == 0 for r in split):
-        raise ValueError(f"pipeline split {[(r.start, r.stop) for r in split]} must cut blocks 0..{n_blocks - 1} "
-                         f"into {n_stages} non-empty contiguous ranges in order")
+        raise ValueError(
+            f"pipeline split {[(r.start, r.stop) for r in split]} must cut blocks 0..{n_blocks - 1} "
+            f"into {n_stages} non-empty contiguous ranges in order"
+        )

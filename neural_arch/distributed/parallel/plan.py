@@ -49,22 +49,27 @@ class ParallelPlan:
 def check_plan(plan: Optional[ParallelPlan], layout: ParallelLayout, model: nn.Module, app: str = "this app") -> None:
     """One-line ``ValueError`` when the layout asks for a parallelism the app's plan does not offer."""
     if (layout.tp > 1 or layout.pp > 1) and plan is None:
-        raise ValueError(f"parallel: tp={layout.tp}, pp={layout.pp} need a parallel plan but {app} has none; "
-                         "use dp_shard/dp_replicate only")
+        raise ValueError(
+            f"parallel: tp={layout.tp}, pp={layout.pp} need a parallel plan but {app} has none; "
+            "use dp_shard/dp_replicate only"
+        )
     if plan is None:
         return
     if layout.tp > 1 and plan.tensor_plan is None:
         raise ValueError(f"parallel.tp={layout.tp}: {app} has no tensor-parallel plan; set tp=1")
     if layout.sequence_parallel and plan.tensor_plan is not None and plan.tensor_plan(model).sequence_parallel is None:
-        raise ValueError(f"parallel.sequence_parallel=true: {app}'s tensor plan has no sequence-parallel styles; "
-                         "set sequence_parallel=false")
+        raise ValueError(
+            f"parallel.sequence_parallel=true: {app}'s tensor plan has no sequence-parallel styles; "
+            "set sequence_parallel=false"
+        )
     if layout.pp > 1 and plan.stage is None:
         raise ValueError(f"parallel.pp={layout.pp}: {app} has no pipeline split; set pp=1")
     validate_model(layout, len(plan.blocks(model)), plan.heads(model) if plan.heads else None)
 
 
-def parallelize_model(model: nn.Module, layout: ParallelLayout, mesh: DeviceMesh,
-                      plan: Optional[ParallelPlan]) -> nn.Module:
+def parallelize_model(
+    model: nn.Module, layout: ParallelLayout, mesh: DeviceMesh, plan: Optional[ParallelPlan]
+) -> nn.Module:
     """Tensor parallelism, activation checkpointing, then FSDP, each where the layout asks; returns ``model``.
 
     For ``pp == 1``; a pipeline builds its stages with ``build_pipeline`` (which calls
@@ -78,8 +83,14 @@ def parallelize_model(model: nn.Module, layout: ParallelLayout, mesh: DeviceMesh
     return apply_layout(model, layout, mesh, plan, list(plan.blocks(model)) if plan is not None else [])
 
 
-def apply_layout(module: nn.Module, layout: ParallelLayout, mesh: DeviceMesh, plan: Optional[ParallelPlan],
-                 blocks: Sequence[nn.Module], first_block: int = 0) -> nn.Module:
+def apply_layout(
+    module: nn.Module,
+    layout: ParallelLayout,
+    mesh: DeviceMesh,
+    plan: Optional[ParallelPlan],
+    blocks: Sequence[nn.Module],
+    first_block: int = 0,
+) -> nn.Module:
     """Apply the layout's tp, checkpointing and FSDP to ``module`` whose blocks are ``blocks``
     (global indices from ``first_block``, which "every k-th block" counts)."""
     if layout.tp > 1:

@@ -32,8 +32,10 @@ def _merge(target: nn.Module, sources: list[nn.Module], path: str) -> None:
     names: dict[str, None] = {}
     for source in sources:
         if any(v is not None for v in source._parameters.values()):
-            raise ValueError(f"stage_view: {path or 'the stage root'} holds parameters itself in several stages; "
-                             "a stage's parameters must sit in submodules named as in the full model")
+            raise ValueError(
+                f"stage_view: {path or 'the stage root'} holds parameters itself in several stages; "
+                "a stage's parameters must sit in submodules named as in the full model"
+            )
         names.update(dict.fromkeys(name for name, child in source.named_children()))
     for name in names:
         found = {id(c): c for s in sources if (c := s._modules.get(name)) is not None}

@@ -44,7 +44,7 @@ class TiedParameters:
     groups: tuple[tuple[str, ...], ...]
 
     @classmethod
-    def declare(cls, model: nn.Module, groups: tuple[tuple[str, ...], ...]) -> "TiedParameters":
+    def declare(cls, model: nn.Module, groups: tuple[tuple[str, ...], ...]) -> TiedParameters:
         params = dict(model.named_parameters(remove_duplicate=False))
         for group in groups:
             if len({id(params.get(name)) for name in group}) != 1 or params.get(group[0]) is None:
@@ -68,9 +68,17 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 class PipelineRunner:
     """This rank's stages, their schedule, and the exact weighting of one global batch."""
 
-    def __init__(self, stages: list, modules: list[nn.Module], layout: ParallelLayout, mesh: DeviceMesh,
-                 sample_loss: SampleLoss, microbatch_size: int, tied: TiedParameters,
-                 make_schedule: Callable[[list, Callable[..., torch.Tensor]], Any]) -> None:
+    def __init__(
+        self,
+        stages: list,
+        modules: list[nn.Module],
+        layout: ParallelLayout,
+        mesh: DeviceMesh,
+        sample_loss: SampleLoss,
+        microbatch_size: int,
+        tied: TiedParameters,
+        make_schedule: Callable[[list, Callable[..., torch.Tensor]], Any],
+    ) -> None:
         if microbatch_size < 1:
             raise ValueError(f"build_pipeline: microbatch_size={microbatch_size} must be >= 1")
         self.modules = modules
@@ -120,8 +128,10 @@ class PipelineRunner:
         """
         n = inputs.shape[0]
         if n > self.capacity:
-            raise ValueError(f"pipeline step: a share of {n} samples exceeds microbatches x microbatch_size = "
-                             f"{self.capacity}; raise microbatch_size to ceil(global batch / dp_size / microbatches)")
+            raise ValueError(
+                f"pipeline step: a share of {n} samples exceeds microbatches x microbatch_size = "
+                f"{self.capacity}; raise microbatch_size to ceil(global batch / dp_size / microbatches)"
+            )
         if not global_count > 0:
             raise ValueError(f"pipeline step: global_count={global_count!r} must be > 0")
         self._batch = {"n": n, "count": global_count, "targets": tree_map(self._pad, targets)}
@@ -129,8 +139,11 @@ class PipelineRunner:
         rows = torch.arange(self.capacity, device=inputs.device)
         self.schedule.step(self._pad(inputs), target=rows)
         self._sum_tied_gradients(inputs.device)
-        total = torch.stack([self._sums[k] for k in sorted(self._sums)]).sum() if self._sums \
-            else torch.zeros((), dtype=torch.float64, device=inputs.device)  # nccl broadcasts device tensors
+        total = (
+            torch.stack([self._sums[k] for k in sorted(self._sums)]).sum()
+            if self._sums
+            else torch.zeros((), dtype=torch.float64, device=inputs.device)
+        )  # nccl broadcasts device tensors
         total = total.to(torch.float64).reshape(1).clone()
         dist.broadcast(total, group=self.group, group_src=self._last_rank)
         return float(total.item())

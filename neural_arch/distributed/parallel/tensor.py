@@ -70,12 +70,16 @@ class FusedColwiseParallel(ParallelStyle):
     def _partition(self, name: str, module: nn.Module, mesh: DeviceMesh) -> None:
         rows = module.weight.shape[0]
         if rows % (self.parts * mesh.size()):
-            raise ValueError(f"FusedColwiseParallel: {name} has {rows} output rows, not {self.parts} parts "
-                             f"divisible by {mesh.size()} tensor-parallel ranks")
+            raise ValueError(
+                f"FusedColwiseParallel: {name} has {rows} output rows, not {self.parts} parts "
+                f"divisible by {mesh.size()} tensor-parallel ranks"
+            )
         placements = {"weight": [_StridedShard(0, split_factor=self.parts)], "bias": [Replicate()]}
         for pname, param in list(module.named_parameters(recurse=False)):
-            module.register_parameter(pname, nn.Parameter(distribute_tensor(param, mesh, placements[pname]),
-                                                          requires_grad=param.requires_grad))
+            module.register_parameter(
+                pname,
+                nn.Parameter(distribute_tensor(param, mesh, placements[pname]), requires_grad=param.requires_grad),
+            )
 
     @staticmethod
     def _input(mod: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh) -> DTensor:
@@ -91,19 +95,24 @@ class FusedColwiseParallel(ParallelStyle):
         placement = out.placements[0]
         # An internal check: a torch whose sharding propagation gave another layout here
         # would silently mix heads; fail instead.
-        assert isinstance(placement, _StridedShard) and placement.dim == out.ndim - 1 \
-            and placement.split_factor == self.parts, f"unexpected fused projection output layout {out.placements}"
+        assert (
+            isinstance(placement, _StridedShard)
+            and placement.dim == out.ndim - 1
+            and placement.split_factor == self.parts
+        ), f"unexpected fused projection output layout {out.placements}"
         return out.to_local()
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         if not isinstance(module, nn.Linear):
             raise ValueError(f"FusedColwiseParallel shards nn.Linear only, got {type(module).__name__}")
-        return distribute_module(module, device_mesh, self._partition, self._input,
-                                 lambda mod, out, mesh: self._output(mod, out, mesh))
+        return distribute_module(
+            module, device_mesh, self._partition, self._input, lambda mod, out, mesh: self._output(mod, out, mesh)
+        )
 
 
-def apply_tensor_parallel(model: nn.Module, mesh: DeviceMesh, plan: TensorPlan,
-                          sequence_parallel: bool = False) -> nn.Module:
+def apply_tensor_parallel(
+    model: nn.Module, mesh: DeviceMesh, plan: TensorPlan, sequence_parallel: bool = False
+) -> nn.Module:
     """Shard ``model``'s submodules over the mesh's ``tp`` dim as ``plan`` says; returns ``model``.
 
     ``sequence_parallel``: also apply ``plan.sequence_parallel`` (a one-line error if it is None).
@@ -112,8 +121,10 @@ def apply_tensor_parallel(model: nn.Module, mesh: DeviceMesh, plan: TensorPlan,
     styles = dict(plan.styles)
     if sequence_parallel:
         if plan.sequence_parallel is None:
-            raise ValueError("parallel.sequence_parallel=true but the app's tensor plan has no sequence-parallel "
-                             "styles; set sequence_parallel=false")
+            raise ValueError(
+                "parallel.sequence_parallel=true but the app's tensor plan has no sequence-parallel "
+                "styles; set sequence_parallel=false"
+            )
         styles.update(plan.sequence_parallel)
     parallelize_module(model, tp, styles)
     for param in model.parameters():
@@ -122,8 +133,10 @@ def apply_tensor_parallel(model: nn.Module, mesh: DeviceMesh, plan: TensorPlan,
     params = dict(model.named_parameters(remove_duplicate=False))
     for first, second in plan.tied:
         if params.get(first) is None or params.get(first) is not params.get(second):
-            raise ValueError(f"tensor plan: {first} and {second} must stay one tensor (weight tying) but the plan "
-                             "made them two; shard both alike or neither")
+            raise ValueError(
+                f"tensor plan: {first} and {second} must stay one tensor (weight tying) but the plan "
+                "made them two; shard both alike or neither"
+            )
     return model
 
 

@@ -28,8 +28,9 @@ def pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([t, t.new_zeros((missing, *t.shape[1:]))]) if missing > 0 else t
 
 
-def data_parallel_loss(losses: torch.Tensor, global_count: Union[int, float], dp_ranks: int,
-                       valid: Optional[int] = None) -> torch.Tensor:
+def data_parallel_loss(
+    losses: torch.Tensor, global_count: Union[int, float], dp_ranks: int, valid: Optional[int] = None
+) -> torch.Tensor:
     """``losses[:valid].sum() * dp_ranks / global_count``: this rank's loss for exact gradients.
 
     The data-parallel gradient reduction (DDP all-reduce, FSDP reduce-scatter, HSDP both)
@@ -40,8 +41,10 @@ def data_parallel_loss(losses: torch.Tensor, global_count: Union[int, float], dp
     their losses become exact zeros.
     """
     if not global_count > 0:
-        raise ValueError(f"data_parallel_loss: global_count={global_count!r} must be > 0 (samples in the "
-                         "global batch over all data-parallel ranks)")
+        raise ValueError(
+            f"data_parallel_loss: global_count={global_count!r} must be > 0 (samples in the "
+            "global batch over all data-parallel ranks)"
+        )
     if valid is not None:
         keep = torch.arange(losses.shape[0], device=losses.device) < valid
         losses = torch.where(keep, losses, torch.zeros_like(losses))

@@ -12,6 +12,7 @@ the count of the script's own collective calls that those names use (``calls.py`
 and the guard that refuses to run one rank of a multi-rank job alone (``guard.py``).
 """
 
+from neural_arch.distributed.runtime.calls import CollectiveFailed
 from neural_arch.distributed.runtime.collectives import (
     ReduceOp,
     all_gather,
@@ -20,7 +21,6 @@ from neural_arch.distributed.runtime.collectives import (
     broadcast,
     reduce_scatter,
 )
-from neural_arch.distributed.runtime.calls import CollectiveFailed
 from neural_arch.distributed.runtime.guard import MissingProcessGroupError, require_process_group
 from neural_arch.distributed.runtime.heartbeat import describe_stragglers
 from neural_arch.distributed.runtime.process_group import (
@@ -39,8 +39,26 @@ from neural_arch.distributed.runtime.process_group import (
 )
 
 __all__ = [
-    "CollectiveFailed", "MissingProcessGroupError", "ReduceOp", "abandon_process_group", "all_gather", "all_gather_object", "all_reduce",
-    "barrier", "broadcast", "default_backend", "describe_stragglers", "destroy_process_group", "get_backend", "get_distributed_info",
-    "get_local_rank", "get_rank", "get_world_size", "init_process_group", "is_initialized", "reduce_scatter",
-    "require_process_group", "resolve_backend",
+    "CollectiveFailed",
+    "MissingProcessGroupError",
+    "ReduceOp",
+    "abandon_process_group",
+    "all_gather",
+    "all_gather_object",
+    "all_reduce",
+    "barrier",
+    "broadcast",
+    "default_backend",
+    "describe_stragglers",
+    "destroy_process_group",
+    "get_backend",
+    "get_distributed_info",
+    "get_local_rank",
+    "get_rank",
+    "get_world_size",
+    "init_process_group",
+    "is_initialized",
+    "reduce_scatter",
+    "require_process_group",
+    "resolve_backend",
 ]

@@ -61,10 +61,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def counted(name: str) -> Callable[[F], F]:
     """Decorator: the function is one user-level collective call ``name`` (see ``user_call``)."""
+
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             with user_call(name):
                 return fn(*args, **kwargs)
+
         return call  # type: ignore[return-value]
+
     return wrap

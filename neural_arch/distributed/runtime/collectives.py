@@ -40,7 +40,7 @@ class ReduceOp(Enum):
     PRODUCT = "product"
 
     @classmethod
-    def parse(cls, op: Union["ReduceOp", str]) -> "ReduceOp":
+    def parse(cls, op: Union[ReduceOp, str]) -> ReduceOp:
         """Accept a ReduceOp or its name (``"sum"``, ``"AVERAGE"``, ``"avg"``, ``"mean"``...)."""
         if isinstance(op, ReduceOp):
             return op
@@ -62,8 +62,18 @@ _TORCH_OPS = {
 }
 _OP_CODES = {op: i for i, op in enumerate(ReduceOp)}
 _DTYPES = [
-    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-    torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128,
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
 ]
 _KINDS = ["all_reduce", "all_gather", "broadcast", "reduce_scatter"]
 _MAX_DIMS = 12

@@ -1,7 +1,11 @@
 """Keep gloo's socket thread from preempting the thread it waits for (Linux, CPU training).
 
-Run: ``python -c "import neural_arch.distributed as d; d.init_process_group(); print(d.runtime.gloo_threads.batch_gloo_io_threads())"``
-(called for you after every process group and device mesh is made).
+Run (it is called for you after every process group and device mesh is made)::
+
+    >>> import neural_arch.distributed as nd
+    >>> nd.init_process_group()
+    >>> nd.runtime.gloo_threads.batch_gloo_io_threads()  # gloo I/O threads now SCHED_BATCH
+    1
 
 Why: each gloo process group has one I/O thread (``gloo_tcp_loop``) that waits in
 ``epoll_wait`` for its sockets. When data arrives it wakes and, as a normal thread, at once

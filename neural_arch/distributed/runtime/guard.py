@@ -37,8 +37,13 @@ _SIZE_VARIABLES: dict[str, tuple[str, ...]] = {
     "env": ("WORLD_SIZE",),
 }
 _STARTERS = {
-    "torchrun": "torchrun or the neural_arch launcher", "openmpi": "OpenMPI's mpirun", "mpich": "mpiexec",
-    "slurm": "srun", "lsf": "jsrun", "kubernetes": "the Kubernetes job", "env": "the environment",
+    "torchrun": "torchrun or the neural_arch launcher",
+    "openmpi": "OpenMPI's mpirun",
+    "mpich": "mpiexec",
+    "slurm": "srun",
+    "lsf": "jsrun",
+    "kubernetes": "the Kubernetes job",
+    "env": "the environment",
 }
 
 

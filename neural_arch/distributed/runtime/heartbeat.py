@@ -169,8 +169,10 @@ def describe_peers() -> str:
         beats = read_beats()
     except Exception:  # noqa: BLE001 - best effort
         return "their state is unreadable"
-    return "; ".join(f"rank {r}: never reported" if b is None else f"rank {r}: {b.calls} calls, {_where(b, 1e9)}"
-                     for r, b in beats.items())
+    return "; ".join(
+        f"rank {r}: never reported" if b is None else f"rank {r}: {b.calls} calls, {_where(b, 1e9)}"
+        for r, b in beats.items()
+    )
 
 
 def peers_stopped(wait: float = 1.5 * INTERVAL) -> Optional[list[int]]:
@@ -182,8 +184,11 @@ def peers_stopped(wait: float = 1.5 * INTERVAL) -> Optional[list[int]]:
         after = read_beats()
     except Exception:  # noqa: BLE001 - the store went away with its host
         return None
-    return [r for r, b in after.items()
-            if b is None or b.state == LEFT or (before[r] is not None and b.age >= before[r].age + wait * 0.9)]
+    return [
+        r
+        for r, b in after.items()
+        if b is None or b.state == LEFT or (before[r] is not None and b.age >= before[r].age + wait * 0.9)
+    ]
 
 
 def explain_failed_teardown() -> str:
@@ -195,6 +200,7 @@ def explain_failed_teardown() -> str:
     if stopped:
         return f"rank(s) {', '.join(map(str, stopped))} stopped beating: a peer probably exited early or was killed"
     count, _ = call_count.progress()
-    return (f"no peer exited: they still beat ({describe_peers()}; this rank: {count} calls), so the ranks called "
-            "different collectives (one skipped or added a call) or a peer is slower than the timeout")
-
+    return (
+        f"no peer exited: they still beat ({describe_peers()}; this rank: {count} calls), so the ranks called "
+        "different collectives (one skipped or added a call) or a peer is slower than the timeout"
+    )

@@ -21,9 +21,9 @@ import torch
 import torch.distributed as dist
 
 from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
+from neural_arch.distributed.runtime import calls
 from neural_arch.distributed.runtime.gloo_threads import batch_gloo_io_threads
 from neural_arch.distributed.runtime.guard import require_process_group
-from neural_arch.distributed.runtime import calls
 from neural_arch.distributed.runtime.heartbeat import explain_failed_teardown, start_heartbeat, stop_heartbeat
 
 DEFAULT_TIMEOUT = timedelta(minutes=10)
@@ -92,8 +92,9 @@ def init_process_group(
     if dist.is_initialized():
         _check_compatible(backend, chosen, world_size, rank)
         return
-    size, me = _validated_rank(cluster.world_size if world_size is None else int(world_size),
-                            cluster.rank if rank is None else int(rank))
+    size, me = _validated_rank(
+        cluster.world_size if world_size is None else int(world_size), cluster.rank if rank is None else int(rank)
+    )
     device_id = _select_device(chosen, cluster.local_rank)
     # Why: a process that exits with a live gloo group while a peer still computes can
     # abort ("terminate called without an active exception"); leave politely at exit.
@@ -114,8 +115,7 @@ def init_process_group(
 def _validated_rank(size: int, rank: int) -> tuple[int, int]:
     if size < 1 or not 0 <= rank < size:
         raise ValueError(
-            f"rank={rank} with world_size={size} is invalid: rank must be in 0..world_size-1 and "
-            "world_size >= 1."
+            f"rank={rank} with world_size={size} is invalid: rank must be in 0..world_size-1 and world_size >= 1."
         )
     return size, rank
 
@@ -130,7 +130,12 @@ def _select_device(backend: str, local_rank: int) -> Optional[torch.device]:
 
 
 def _join_world(
-    cluster: ClusterEnv, backend: str, init_method: str, size: int, rank: int, timeout: timedelta,
+    cluster: ClusterEnv,
+    backend: str,
+    init_method: str,
+    size: int,
+    rank: int,
+    timeout: timedelta,
     device_id: Optional[torch.device],
 ) -> None:
     """Meet the other ranks of a world larger than one."""
@@ -153,8 +158,13 @@ def _join_world(
 
 
 def _init_under_elastic(
-    backend: str, size: int, rank: int, timeout: timedelta, device_id: Optional[torch.device],
-    run_id: Optional[str], attempt: str,
+    backend: str,
+    size: int,
+    rank: int,
+    timeout: timedelta,
+    device_id: Optional[torch.device],
+    run_id: Optional[str],
+    attempt: str,
 ) -> None:
     """Join through the elastic agent's store, under keys unique to this attempt.
 
@@ -169,9 +179,7 @@ def _init_under_elastic(
     dist.init_process_group(backend, store=prefixed, world_size=size, rank=rank, timeout=timeout, device_id=device_id)
 
 
-def _check_compatible(
-    requested: Optional[str], chosen: str, world_size: Optional[int], rank: Optional[int]
-) -> None:
+def _check_compatible(requested: Optional[str], chosen: str, world_size: Optional[int], rank: Optional[int]) -> None:
     current = dist.get_backend()
     if requested not in (None, "auto") and chosen != current:
         raise ValueError(

@@ -27,7 +27,10 @@ def bad_sources(root: Path) -> dict[str, tuple[list[str], str]]:
         "empty": ([f"data.source={empty}"], "corpus would be empty"),
         "binary": ([f"data.source={binary}"], "blob.txt is not UTF-8 text"),
         "empty-val": ([f"data.source={src}", "data.val_fraction=0.000001"], "no file of data.source"),
-        "context": ([f"data.source={src}", f"data.val_fraction={VAL_FRACTION}", "model.context=100000"], "model.context=100000 needs 100001 bytes"),
+        "context": (
+            [f"data.source={src}", f"data.val_fraction={VAL_FRACTION}", "model.context=100000"],
+            "model.context=100000 needs 100001 bytes",
+        ),
     }
 
 
@@ -36,8 +39,15 @@ def bad_sources(root: Path) -> dict[str, tuple[list[str], str]]:
 def test_bad_source_is_one_line_exit_2_and_nothing_is_written(tmp_path, capsys, case, command):
     extra, words = bad_sources(tmp_path / "inputs")[case]
     out = tmp_path / "out"
-    argv = [command, "--config", str(REPO / "configs" / "gpt.yaml"), "--set", f"data.path={out / 'corpus'}",
-            f"run.dir={out / 'run'}", *extra]
+    argv = [
+        command,
+        "--config",
+        str(REPO / "configs" / "gpt.yaml"),
+        "--set",
+        f"data.path={out / 'corpus'}",
+        f"run.dir={out / 'run'}",
+        *extra,
+    ]
     code, _, err = run_main(argv + (["--create-data"] if command == "train" else []), capsys)
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith(f"neural-arch {command}: error: ") and words in err, err
@@ -47,9 +57,18 @@ def test_bad_source_is_one_line_exit_2_and_nothing_is_written(tmp_path, capsys, 
 def test_a_stale_corpus_is_refused_and_left_as_it_was(tmp_path, capsys):
     corpus = make_corpus(tmp_path, context=CONTEXT)
     before = {p.name: p.read_bytes() for p in corpus.iterdir()}
-    argv = ["train", "--config", str(REPO / "configs" / "gpt.yaml"), "--create-data", "--set",
-            f"data.source={tmp_path / 'src'}", f"data.path={corpus}", f"data.val_fraction={VAL_FRACTION / 2}",
-            f"run.dir={tmp_path / 'run'}", f"model.context={CONTEXT}"]
+    argv = [
+        "train",
+        "--config",
+        str(REPO / "configs" / "gpt.yaml"),
+        "--create-data",
+        "--set",
+        f"data.source={tmp_path / 'src'}",
+        f"data.path={corpus}",
+        f"data.val_fraction={VAL_FRACTION / 2}",
+        f"run.dir={tmp_path / 'run'}",
+        f"model.context={CONTEXT}",
+    ]
     code, _, err = run_main(argv, capsys)
     assert code == 2 and err.count("\n") == 1 and "delete that directory" in err, err
     assert {p.name: p.read_bytes() for p in corpus.iterdir()} == before

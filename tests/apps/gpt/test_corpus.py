@@ -113,7 +113,9 @@ def test_the_default_source_is_the_standard_library(tmp_path):
     assert 0 < sum(f.split == "val" for f in files) < len(files) / 5
     # the pruning walk finds exactly what a full recursive glob, then filtering, finds
     root = Path(sysconfig.get_paths()["stdlib"])
-    globbed = sorted({p.resolve() for p in root.rglob("*.py") if p.is_file() and not NOT_LIBRARY & set(p.relative_to(root).parts)})
+    globbed = sorted(
+        {p.resolve() for p in root.rglob("*.py") if p.is_file() and not NOT_LIBRARY & set(p.relative_to(root).parts)}
+    )
     assert [f.path for f in files] == globbed
 
 
@@ -124,8 +126,15 @@ def test_the_baselines_are_computed_at_creation_and_an_older_corpus_computes_the
     path = make_corpus(tmp_path)
     corpus = Corpus(path)
     assert corpus.manifest["baselines"] == byte_baselines(corpus.train, corpus.val)
-    cfg = load_config("configs/gpt.yaml", [f"data.path={path}", f"data.source=[{tmp_path / 'src'}]",
-                                           f"data.val_fraction={VAL_FRACTION}", f"model.context={CONTEXT}"])
+    cfg = load_config(
+        "configs/gpt.yaml",
+        [
+            f"data.path={path}",
+            f"data.source=[{tmp_path / 'src'}]",
+            f"data.val_fraction={VAL_FRACTION}",
+            f"model.context={CONTEXT}",
+        ],
+    )
     task = GPTTask(cfg)
     task.prepare()
     assert task.baselines == corpus.manifest["baselines"]

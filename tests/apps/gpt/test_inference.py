@@ -29,19 +29,53 @@ def run_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("gpt_inference")
     corpus = make_corpus(root)
     run = root / "run"
-    train(load_config(None, [
-        "run.task=gpt", "model.d_model=16", "model.n_layers=2", "model.n_heads=2", "model.mlp_ratio=2",
-        f"model.context={CONTEXT}", f"data.val_fraction={VAL_FRACTION}", f"data.source=[{root / 'src'}]",
-        f"data.path={corpus}", f"run.dir={run}", "training.steps=30", "optim.name=adam", "optim.lr=0.01",
-        "training.global_batch_size=8", "logging.progress=false", "logging.tensorboard=false"]), resume="none")
+    train(
+        load_config(
+            None,
+            [
+                "run.task=gpt",
+                "model.d_model=16",
+                "model.n_layers=2",
+                "model.n_heads=2",
+                "model.mlp_ratio=2",
+                f"model.context={CONTEXT}",
+                f"data.val_fraction={VAL_FRACTION}",
+                f"data.source=[{root / 'src'}]",
+                f"data.path={corpus}",
+                f"run.dir={run}",
+                "training.steps=30",
+                "optim.name=adam",
+                "optim.lr=0.01",
+                "training.global_batch_size=8",
+                "logging.progress=false",
+                "logging.tensorboard=false",
+            ],
+        ),
+        resume="none",
+    )
     return run
 
 
 def test_generate_prints_the_prompt_and_its_continuation(run_dir):
     # As a user runs it: the console script in a fresh process.
-    proc = subprocess.run([str(Path(sys.executable).with_name("neural-arch")), "generate", "--checkpoint", str(run_dir),
-                           "--prompt", "the ", "--length", "40", "--seed", "3"],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("neural-arch")),
+            "generate",
+            "--checkpoint",
+            str(run_dir),
+            "--prompt",
+            "the ",
+            "--length",
+            "40",
+            "--seed",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout.rstrip("\n")
     assert text.startswith("the ") and len(text.encode()) >= 40  # replaced invalid bytes may grow it, never shrink
@@ -51,8 +85,21 @@ def test_generate_prints_the_prompt_and_its_continuation(run_dir):
 def test_greedy_output_with_the_kv_cache_equals_decoding_without_it(run_dir, capsys, length):
     outs = []
     for flag in ([], ["--no-cache"]):
-        code, out, err = run_main(["generate", "--checkpoint", str(run_dir), "--prompt", "of the", "--temperature", "0",
-                              "--length", str(length), *flag], capsys)
+        code, out, err = run_main(
+            [
+                "generate",
+                "--checkpoint",
+                str(run_dir),
+                "--prompt",
+                "of the",
+                "--temperature",
+                "0",
+                "--length",
+                str(length),
+                *flag,
+            ],
+            capsys,
+        )
         assert code == 0, err
         outs.append(out)
     assert outs[0] == outs[1]
@@ -72,8 +119,12 @@ def test_sampling_is_reproducible_by_seed_and_top_1_is_greedy(run_dir, capsys):
 
 
 def test_a_model_that_does_not_generate_text_is_refused_in_one_line(tmp_path, capsys):
-    train(load_config(None, [f"run.dir={tmp_path}", "training.steps=2", "logging.progress=false",
-                             "logging.tensorboard=false"]), resume="none")
+    train(
+        load_config(
+            None, [f"run.dir={tmp_path}", "training.steps=2", "logging.progress=false", "logging.tensorboard=false"]
+        ),
+        resume="none",
+    )
     code, _, err = run_main(["generate", "--checkpoint", str(tmp_path), "--prompt", "x"], capsys)
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("neural-arch generate: error: task RegressionTask does not generate text")

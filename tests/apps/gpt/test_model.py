@@ -83,7 +83,10 @@ def test_kv_cache_matches_the_full_forward_and_greedy_decoding_byte_for_byte(pos
     torch.testing.assert_close(torch.cat(steps, dim=1), model(x), rtol=0, atol=1e-12)
     # 30 bytes after a 4-byte prompt run past the 12-byte context: the window slides in both.
     assert generate(model, b"abcd", 30, temperature=0) == generate(model, b"abcd", 30, temperature=0, use_cache=False)
-    sampled = [generate(model, b"ab", 8, top_k=4, generator=torch.Generator().manual_seed(5), use_cache=c) for c in (True, False)]
+    sampled = [
+        generate(model, b"ab", 8, top_k=4, generator=torch.Generator().manual_seed(5), use_cache=c)
+        for c in (True, False)
+    ]
     assert sampled[0] == sampled[1]
 
 

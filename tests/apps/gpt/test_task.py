@@ -19,13 +19,28 @@ from neural_arch.training.typed_config import ConfigError
 from tests.helpers.gpt_corpus import CONTEXT, VAL_FRACTION, make_corpus
 from tests.helpers.multiproc import run_ranks
 
-TINY = ["run.task=gpt", "model.d_model=16", "model.n_layers=2", "model.n_heads=2", "model.mlp_ratio=2",
-        f"model.context={CONTEXT}", f"data.val_fraction={VAL_FRACTION}", "logging.progress=false",
-        "logging.tensorboard=false"]
+TINY = [
+    "run.task=gpt",
+    "model.d_model=16",
+    "model.n_layers=2",
+    "model.n_heads=2",
+    "model.mlp_ratio=2",
+    f"model.context={CONTEXT}",
+    f"data.val_fraction={VAL_FRACTION}",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
 # 27 windows per epoch in batches of 6: every epoch ends with 3 samples, 2 + 1 on two ranks.
-EXACT = ["training.precision=fp64", "optim.name=adam", "optim.lr=0.003", "training.steps=10",
-         "training.global_batch_size=6", "data.samples_per_epoch=27", "checkpoint.every_steps=0",
-         "training.val_every=5"]
+EXACT = [
+    "training.precision=fp64",
+    "optim.name=adam",
+    "optim.lr=0.003",
+    "training.steps=10",
+    "training.global_batch_size=6",
+    "data.samples_per_epoch=27",
+    "checkpoint.every_steps=0",
+    "training.val_every=5",
+]
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +106,18 @@ def test_two_processes_equal_one_in_float64(corpus, tmp_path):
 def test_trained_tiny_model_has_finite_bpb_below_uniform_and_the_baselines(corpus, tmp_path):
     from neural_arch.training.trainer import train
 
-    cfg = load_config(None, settings(corpus, f"run.dir={tmp_path / 'run'}", "training.steps=40", "optim.name=adam",
-                                     "optim.lr=0.01", "training.global_batch_size=8", "checkpoint.every_steps=0"))
+    cfg = load_config(
+        None,
+        settings(
+            corpus,
+            f"run.dir={tmp_path / 'run'}",
+            "training.steps=40",
+            "optim.name=adam",
+            "optim.lr=0.01",
+            "training.global_batch_size=8",
+            "checkpoint.every_steps=0",
+        ),
+    )
     final = train(cfg, resume="none")
     assert math.isfinite(final["val/bpb"]) and final["val/bpb"] < 7.0  # 8 bits/byte = uniform over 256
     for name in ("unigram", "bigram", "gzip", "lzma"):

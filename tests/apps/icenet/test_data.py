@@ -61,6 +61,7 @@ def files(root):
 
 # --- creation ---------------------------------------------------------------------------
 
+
 @pytest.mark.multiprocess
 def test_three_ranks_write_the_same_bytes_as_one(store, tmp_path):
     path = tmp_path / "three.zarr"
@@ -71,7 +72,10 @@ def test_three_ranks_write_the_same_bytes_as_one(store, tmp_path):
     assert sorted(one) == sorted(three)
     differ = [k for k in one if one[k] != three[k]]
     assert not differ, f"files differ: {differ[:5]}"
-    with xr.open_dataset(store, engine="zarr", chunks=None) as a, xr.open_dataset(path, engine="zarr", chunks=None) as b:
+    with (
+        xr.open_dataset(store, engine="zarr", chunks=None) as a,
+        xr.open_dataset(path, engine="zarr", chunks=None) as b,
+    ):
         for name in a.variables:
             assert a[name].values.tobytes() == b[name].values.tobytes(), name
         assert a.attrs == b.attrs
@@ -95,7 +99,8 @@ def test_store_metadata(raw):
     attrs = raw["attrs"]
     assert attrs["source"] == "neural_arch synthetic IceNet-style data" and attrs["title"]
     assert {k: attrs[k] for k in ("grid", "years", "lags", "leads", "val_years", "seed")} == dict(
-        grid=16, years=6, lags=3, leads=3, val_years=1, seed=0)
+        grid=16, years=6, lags=3, leads=3, val_years=1, seed=0
+    )
     assert raw["siconca"].dtype == raw["tas_anom"].dtype == raw["tos_anom"].dtype == np.float32
     assert raw["siconca"].shape == (T, 16, 16)
     assert raw["time"][0] == np.datetime64("1995-01-01") and raw["time"][-1] == np.datetime64("2000-12-01")
@@ -206,6 +211,7 @@ def test_month_aware_forecast_beats_persistence(long_store):
 
 # --- reading ----------------------------------------------------------------------------
 
+
 def needed_months(data, ids):
     s = data.spec
     return {int(data.init_months[i]) + d for i in ids for d in range(-s.lags + 1, s.leads + 1)}
@@ -225,7 +231,9 @@ def test_each_rank_reads_only_its_share(store):
         assert data.reads <= 2 * 6 < T / 4
         data.load(list(first)[:1])  # already read: no new reads
         assert data.reads == len(want)
-    whole = next(iter(DistributedSampler(dataset_size=size, num_replicas=1, rank=0, shuffle=True, seed=3, batch_size=6)))
+    whole = next(
+        iter(DistributedSampler(dataset_size=size, num_replicas=1, rank=0, shuffle=True, seed=3, batch_size=6))
+    )
     assert sorted(sum(shares, [])) == sorted(whole)  # disjoint shares of one global batch
 
 
@@ -242,8 +250,16 @@ def test_unneeded_months_are_never_read(store, tmp_path):
 
 def test_load_shapes_dtypes_and_empty(store):
     data = IceNetData(store, "val")
-    assert data.channels == ["siconca_t0", "siconca_t-1", "siconca_t-2", "tas_anom_t0", "tos_anom_t0",
-                             "month_sin", "month_cos", "land"]
+    assert data.channels == [
+        "siconca_t0",
+        "siconca_t-1",
+        "siconca_t-2",
+        "tas_anom_t0",
+        "tos_anom_t0",
+        "month_sin",
+        "month_cos",
+        "land",
+    ]
     batch = data.load([0, 3])
     c, h = len(data.channels), SPEC.grid
     assert batch["x"].shape == (2, c, h, h) and batch["x"].dtype == torch.float32
@@ -253,8 +269,13 @@ def test_load_shapes_dtypes_and_empty(store):
     assert batch["init_month"].tolist() == [60, 63]
     empty = data.load([])
     assert {k: tuple(v.shape) for k, v in empty.items()} == {
-        "x": (0, c, h, h), "target_sic": (0, 3, h, h), "target_class": (0, 3, h, h),
-        "persistence_sic": (0, 3, h, h), "climatology_sic": (0, 3, h, h), "init_month": (0,)}
+        "x": (0, c, h, h),
+        "target_sic": (0, 3, h, h),
+        "target_class": (0, 3, h, h),
+        "persistence_sic": (0, 3, h, h),
+        "climatology_sic": (0, 3, h, h),
+        "init_month": (0,),
+    }
     assert empty["target_class"].dtype == torch.int64
     assert data.reads == 9  # months 58..66 for init months 60 and 63; none for the empty load
     assert data[1]["x"].shape == (c, h, h)
@@ -284,7 +305,9 @@ def test_hand_checked_sample(store, raw):
     np.testing.assert_array_equal(batch["persistence_sic"][0].numpy(), np.stack([sic[6]] * 3))
     train_years = sic[:60].astype(np.float64).reshape(5, 12, 16, 16)
     for k, month in enumerate((7, 8, 9)):  # Aug, Sep, Oct over 1995-1999 only
-        np.testing.assert_allclose(batch["climatology_sic"][0, k].numpy(), train_years[:, month].mean(axis=0), atol=1e-6)
+        np.testing.assert_allclose(
+            batch["climatology_sic"][0, k].numpy(), train_years[:, month].mean(axis=0), atol=1e-6
+        )
     target = sic[7:10]
     classes = np.where(target < 0.15, 0, np.where(target < 0.8, 1, 2))
     np.testing.assert_array_equal(batch["target_class"][0].numpy(), classes)
@@ -316,11 +339,14 @@ def test_spec_from_attrs_or_given(store, raw):
 
 # --- errors -----------------------------------------------------------------------------
 
+
 def test_missing_path_says_how_to_create(tmp_path):
     with pytest.raises(ValueError) as info:
         IceNetData(tmp_path / "nope.zarr", "train")
-    assert str(info.value) == (f"no IceNet data at {tmp_path / 'nope.zarr'}; create it with `neural-arch create-data "
-                               "--config configs/icenet.yaml` (or train with --create-data)")
+    assert str(info.value) == (
+        f"no IceNet data at {tmp_path / 'nope.zarr'}; create it with `neural-arch create-data "
+        "--config configs/icenet.yaml` (or train with --create-data)"
+    )
 
 
 def rewrite(store, path, change):
@@ -330,12 +356,21 @@ def rewrite(store, path, change):
     return path
 
 
-@pytest.mark.parametrize("change,words", [
-    (lambda ds: ds.drop_vars("tos_anom"), ["no variable 'tos_anom'"]),
-    (lambda ds: ds.assign(siconca=ds.siconca.isel(xc=0)), ["siconca has dims ('time', 'yc')", "expected ('time', 'yc', 'xc')"]),
-    (lambda ds: ds.isel(yc=slice(0, 12), xc=slice(0, 12)), ["siconca has shape (72, 12, 12)", "expected (72, 16, 16)"]),
-    (lambda ds: ds.drop_attrs(deep=False), ["lacks attributes"]),
-])
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        (lambda ds: ds.drop_vars("tos_anom"), ["no variable 'tos_anom'"]),
+        (
+            lambda ds: ds.assign(siconca=ds.siconca.isel(xc=0)),
+            ["siconca has dims ('time', 'yc')", "expected ('time', 'yc', 'xc')"],
+        ),
+        (
+            lambda ds: ds.isel(yc=slice(0, 12), xc=slice(0, 12)),
+            ["siconca has shape (72, 12, 12)", "expected (72, 16, 16)"],
+        ),
+        (lambda ds: ds.drop_attrs(deep=False), ["lacks attributes"]),
+    ],
+)
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_broken_store_names_the_problem(store, tmp_path, change, words):
     path = rewrite(store, tmp_path / "broken.zarr", change)
@@ -370,12 +405,15 @@ def test_unwritten_months_are_reported(tmp_path):
         IceNetData(path, "train").load([0])
 
 
-@pytest.mark.parametrize("split,ids,words", [
-    ("test", [], ["split='test'"]),
-    ("train", [58], ["[58] out of range", "58 samples"]),
-    ("train", [-1], ["[-1] out of range"]),
-    ("train", [1.5], ["integers"]),
-])
+@pytest.mark.parametrize(
+    "split,ids,words",
+    [
+        ("test", [], ["split='test'"]),
+        ("train", [58], ["[58] out of range", "58 samples"]),
+        ("train", [-1], ["[-1] out of range"]),
+        ("train", [1.5], ["integers"]),
+    ],
+)
 def test_bad_split_or_ids(store, split, ids, words):
     with pytest.raises(ValueError) as info:
         IceNetData(store, split).load(ids)

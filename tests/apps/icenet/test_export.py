@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from neural_arch import export
+from neural_arch.apps.icenet.model import IceNetUNet
 from neural_arch.distributed.checkpoint import save_checkpoint
 from neural_arch.export import (
     export_checkpoint,
@@ -23,7 +24,6 @@ from neural_arch.export import (
     read_tensor_file,
     write_tensor_file,
 )
-from neural_arch.apps.icenet.model import IceNetUNet
 
 # Why: the tests reload files with torch.jit.load on purpose (what the C++ side does); torch
 # 2.13 deprecates it, export.py silences its own calls, these are the tests' own.
@@ -146,6 +146,7 @@ def test_tensor_file_round_trip_and_damage(tmp_path):
 
 # ---- C++ (LibTorch) parity --------------------------------------------------------------
 
+
 def _missing_toolchain() -> str:
     if shutil.which("cmake") is None:
         return "cmake is not installed (apt-get install cmake)"
@@ -162,8 +163,15 @@ def icenet_infer(tmp_path_factory):
     source = str(Path(export.__file__).resolve().parents[1] / "cpp")
     build = tmp_path_factory.mktemp("icenet_infer_build")
     commands = [
-        ["cmake", "-S", source, "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-         f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"],
+        [
+            "cmake",
+            "-S",
+            source,
+            "-B",
+            str(build),
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+        ],
         ["cmake", "--build", str(build), "-j2"],
     ]
     for command in commands:
@@ -180,8 +188,12 @@ def test_cpp_inference_matches_python(tmp_path, icenet_infer):
     with torch.no_grad():
         expected = torch.jit.load(str(tmp_path / "icenet.ts"))(x)
 
-    printed = subprocess.run([str(icenet_infer), str(tmp_path / "icenet.ts"), str(tmp_path / "x.bin")],
-                             capture_output=True, text=True, timeout=60)
+    printed = subprocess.run(
+        [str(icenet_infer), str(tmp_path / "icenet.ts"), str(tmp_path / "x.bin")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert printed.returncode == 0, printed.stderr
     got = parse_infer_output(printed.stdout)
     assert got.shape == (2, LEADS, CLASSES, 9, 10)
@@ -189,7 +201,10 @@ def test_cpp_inference_matches_python(tmp_path, icenet_infer):
 
     written = subprocess.run(
         [str(icenet_infer), str(tmp_path / "icenet.ts"), str(tmp_path / "x.bin"), str(tmp_path / "y.bin")],
-        capture_output=True, text=True, timeout=60)
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert written.returncode == 0, written.stderr
     assert written.stdout == "shape 2 2 3 9 10\n"
     torch.testing.assert_close(read_tensor_file(tmp_path / "y.bin"), expected, atol=1e-5, rtol=0)
@@ -199,11 +214,19 @@ def test_cpp_inference_matches_python(tmp_path, icenet_infer):
 def test_cpp_reports_bad_input_and_usage(tmp_path, icenet_infer):
     export_torchscript(small_model(), MEAN, STD, tmp_path / "icenet.ts", raw_input())
     write_tensor_file(torch.zeros(1, CHANNELS + 1, 4, 4), tmp_path / "wrong.bin")
-    run = subprocess.run([str(icenet_infer), str(tmp_path / "icenet.ts"), str(tmp_path / "wrong.bin")],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [str(icenet_infer), str(tmp_path / "icenet.ts"), str(tmp_path / "wrong.bin")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 1 and "expected raw input [n, 4, H, W]" in run.stderr
-    swapped = subprocess.run([str(icenet_infer), str(tmp_path / "wrong.bin"), str(tmp_path / "icenet.ts")],
-                             capture_output=True, text=True, timeout=60)
+    swapped = subprocess.run(
+        [str(icenet_infer), str(tmp_path / "wrong.bin"), str(tmp_path / "icenet.ts")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert swapped.returncode == 1 and "as a TorchScript model" in swapped.stderr
     usage = subprocess.run([str(icenet_infer)], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "usage:" in usage.stderr

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from neural_arch.distributed import all_reduce, init_process_group
 from neural_arch.apps.icenet.metrics import SUM_FIELDS, finalize, seaice_sums, sic_to_ice
+from neural_arch.distributed import all_reduce, init_process_group
 from tests.helpers.multiproc import run_ranks
 
 AREA = 625.0  # km^2: a 25 km EASE grid cell

@@ -65,7 +65,7 @@ def test_output_of_a_sample_ignores_the_rest_of_the_batch():
 def test_batch_independence_check_catches_batchnorm():
     """The check above would fail for a BatchNorm U-Net: it is sensitive to the thing it guards."""
     model = make_model().train()
-    for name, mod in list(model.named_modules()):
+    for _name, mod in list(model.named_modules()):
         for child_name, child in list(mod.named_children()):
             if isinstance(child, nn.GroupNorm):
                 setattr(mod, child_name, nn.BatchNorm2d(child.num_channels).double())
@@ -110,7 +110,9 @@ def test_loss_is_per_sample_exactly():
     weights = torch.tensor([1.0, 2.0, 0.5], dtype=torch.float64)
     whole = masked_weighted_cross_entropy(logits, target, mask, weights)
     assert whole.shape == (6,)
-    singles = torch.cat([masked_weighted_cross_entropy(logits[i : i + 1], target[i : i + 1], mask, weights) for i in range(6)])
+    singles = torch.cat(
+        [masked_weighted_cross_entropy(logits[i : i + 1], target[i : i + 1], mask, weights) for i in range(6)]
+    )
     assert torch.equal(whole, singles)
 
 

@@ -49,17 +49,31 @@ def test_a_good_store_passes(store):
     assert check_store(store) == SPEC
 
 
-@pytest.mark.parametrize("change, words", [
-    (lambda ds: ds.drop_vars("tas_anom"), ["has no variable 'tas_anom'"]),
-    (lambda ds: ds.assign(siconca=ds.siconca.transpose("time", "xc", "yc")),
-     ["siconca has dims ('time', 'xc', 'yc'), expected ('time', 'yc', 'xc')"]),
-    (lambda ds: ds.assign(tos_anom=(ds.tos_anom * 10).astype(np.int32)), ["tos_anom has dtype int32, expected a float"]),
-    (lambda ds: ds.assign(land_mask=ds.land_mask.astype(str)), ["land_mask has dtype <U", "0/1 numbers"]),
-    (lambda ds: ds.assign(land_mask=ds.land_mask * 2), ["land_mask holds [2]", "only 0 (ocean) and 1 (land)"]),
-    (lambda ds: ds.assign(siconca=ds.siconca * 100), ["siconca ranges from 0 to 100", "[0, 1] (percent? divide by 100)"]),
-    (lambda ds: ds.isel(time=[t for t in range(72) if t != 30]),
-     ["time is not consecutive months (1997-06 (time index 29) is followed by 1997-08 (time index 30))"]),
-], ids=["missing-variable", "wrong-dims", "int-dtype", "text-land-mask", "land-mask-values", "percent", "gap-in-time"])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda ds: ds.drop_vars("tas_anom"), ["has no variable 'tas_anom'"]),
+        (
+            lambda ds: ds.assign(siconca=ds.siconca.transpose("time", "xc", "yc")),
+            ["siconca has dims ('time', 'xc', 'yc'), expected ('time', 'yc', 'xc')"],
+        ),
+        (
+            lambda ds: ds.assign(tos_anom=(ds.tos_anom * 10).astype(np.int32)),
+            ["tos_anom has dtype int32, expected a float"],
+        ),
+        (lambda ds: ds.assign(land_mask=ds.land_mask.astype(str)), ["land_mask has dtype <U", "0/1 numbers"]),
+        (lambda ds: ds.assign(land_mask=ds.land_mask * 2), ["land_mask holds [2]", "only 0 (ocean) and 1 (land)"]),
+        (
+            lambda ds: ds.assign(siconca=ds.siconca * 100),
+            ["siconca ranges from 0 to 100", "[0, 1] (percent? divide by 100)"],
+        ),
+        (
+            lambda ds: ds.isel(time=[t for t in range(72) if t != 30]),
+            ["time is not consecutive months (1997-06 (time index 29) is followed by 1997-08 (time index 30))"],
+        ),
+    ],
+    ids=["missing-variable", "wrong-dims", "int-dtype", "text-land-mask", "land-mask-values", "percent", "gap-in-time"],
+)
 @pytest.mark.filterwarnings("ignore")  # xarray/zarr: int32 from float, a unicode dtype without a zarr v3 spec
 def test_bad_store_is_one_line_naming_store_and_variable(store, tmp_path, change, words):
     path = rewritten(store, tmp_path / "bad.zarr", change)
@@ -71,12 +85,15 @@ def test_bad_store_is_one_line_naming_store_and_variable(store, tmp_path, change
         assert word in message, message
 
 
-@pytest.mark.parametrize("name, month, label", [("siconca", 3, "1995-04 (time index 3)"),
-                                                ("tos_anom", 70, "2000-11 (time index 70)")])
+@pytest.mark.parametrize(
+    "name, month, label", [("siconca", 3, "1995-04 (time index 3)"), ("tos_anom", 70, "2000-11 (time index 70)")]
+)
 def test_nan_anywhere_in_an_input_is_found(store, tmp_path, name, month, label):
     """Month 70 is in the validation years: a per-sample reader would meet it only at the end."""
     path = with_nan(store, tmp_path / "nan.zarr", name, month)
-    with pytest.raises(ValueError, match=rf"input {name} has 1 NaN/inf values, the first in month {re.escape(label)}.* finite"):
+    with pytest.raises(
+        ValueError, match=rf"input {name} has 1 NaN/inf values, the first in month {re.escape(label)}.* finite"
+    ):
         check_store(path)
 
 
@@ -88,8 +105,17 @@ def test_train_exits_2_and_writes_nothing(store, tmp_path, defect):
     else:
         path, words = rewritten(store, tmp_path / "user.zarr", lambda ds: ds.drop_vars("tos_anom")), ["'tos_anom'"]
     run = tmp_path / "run"
-    sets = ["run.task=icenet", "data.grid=16", "data.years=6", "data.val_years=1", "model.widths=[4,8]",
-            f"data.path={path}", f"run.dir={run}", "training.global_batch_size=6", "training.steps=2"]
+    sets = [
+        "run.task=icenet",
+        "data.grid=16",
+        "data.years=6",
+        "data.val_years=1",
+        "model.widths=[4,8]",
+        f"data.path={path}",
+        f"run.dir={run}",
+        "training.global_batch_size=6",
+        "training.steps=2",
+    ]
     proc = cli("train", *[a for s in sets for a in ("--set", s)], "--nproc-per-node", "2")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr

@@ -26,8 +26,16 @@ pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs th
 # exact, shown by every other metric below at 1e-12 and in float64 by test_model.py (split
 # exactness) and test_distributed_normalization_is_exact_in_float64.
 FLOAT32_LOSS_RTOL = 1e-6
-SMALL = ["run.task=icenet", "data.grid=16", "data.years=6", "data.val_years=1",
-         "model.widths=[4,8]", "training.global_batch_size=6", "logging.progress=false", "logging.tensorboard=false"]
+SMALL = [
+    "run.task=icenet",
+    "data.grid=16",
+    "data.years=6",
+    "data.val_years=1",
+    "model.widths=[4,8]",
+    "training.global_batch_size=6",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +47,8 @@ def store(tmp_path_factory) -> Path:
 
 def task_worker(rank, world_size, path):
     import neural_arch.distributed as nd
-    from neural_arch.training.config import load_config
     from neural_arch.apps.icenet.task import IceNetTask
+    from neural_arch.training.config import load_config
 
     nd.init_process_group(backend="gloo")
     cfg = load_config(None, SMALL + [f"data.path={path}"])
@@ -65,7 +73,7 @@ def test_normalization_and_metrics_on_3_ranks_equal_one_process(store):
     data = IceNetData(store, "train")
     x = data.load(list(range(len(data))))["x"].double().numpy()
     ref_mean, ref_std = x.mean(axis=(0, 2, 3)), x.std(axis=(0, 2, 3))
-    for mean, std, weights, metrics, reads, n in three:
+    for mean, std, weights, metrics, _reads, _n in three:
         np.testing.assert_allclose(mean, ref_mean.astype(np.float32), rtol=1e-6)  # stored as float32
         np.testing.assert_allclose(std, ref_std.astype(np.float32), rtol=1e-6)
         np.testing.assert_array_equal(mean, one[0])
@@ -97,7 +105,11 @@ def _stats_worker(rank, world_size, path):
 
 
 def test_train_report_and_export(store, tmp_path):
-    sets = [a for s in SMALL + [f"data.path={store}", f"run.dir={tmp_path / 'run'}", "training.steps=6"] for a in ("--set", s)]
+    sets = [
+        a
+        for s in SMALL + [f"data.path={store}", f"run.dir={tmp_path / 'run'}", "training.steps=6"]
+        for a in ("--set", s)
+    ]
     proc = cli("train", *sets)
     assert proc.returncode == 0, proc.stderr
     report = (tmp_path / "run" / "report.md").read_text()
@@ -115,7 +127,9 @@ def test_train_report_and_export(store, tmp_path):
 
 
 def test_missing_data_says_how_to_create_it(tmp_path):
-    sets = [a for s in SMALL + [f"data.path={tmp_path / 'nope.zarr'}", f"run.dir={tmp_path / 'run'}"] for a in ("--set", s)]
+    sets = [
+        a for s in SMALL + [f"data.path={tmp_path / 'nope.zarr'}", f"run.dir={tmp_path / 'run'}"] for a in ("--set", s)
+    ]
     proc = cli("train", *sets)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "create-data" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -126,10 +140,25 @@ def test_missing_data_says_how_to_create_it(tmp_path):
 def test_create_data_cli_on_two_ranks_matches_one_process(tmp_path, store):
     sets = ["--set", "data.grid=16", "--set", "data.years=6", "--set", "data.val_years=1"]
     launched = subprocess.run(
-        [sys.executable, "-m", "neural_arch.distributed.launcher", "--nproc_per_node=2", "--rank0_only",
-         str(REPO / "neural_arch" / "cli" / "__main__.py"), "create-data", "--config", "configs/icenet.yaml",
-         "--set", f"data.path={tmp_path / 'two.zarr'}", *sets],
-        capture_output=True, text=True, timeout=300, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "neural_arch.distributed.launcher",
+            "--nproc_per_node=2",
+            "--rank0_only",
+            str(REPO / "neural_arch" / "cli" / "__main__.py"),
+            "create-data",
+            "--config",
+            "configs/icenet.yaml",
+            "--set",
+            f"data.path={tmp_path / 'two.zarr'}",
+            *sets,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert launched.returncode == 0, launched.stdout + launched.stderr
     assert "on 2 process(es)" in launched.stdout
     ours = sorted(p.relative_to(tmp_path / "two.zarr") for p in (tmp_path / "two.zarr").rglob("*") if p.is_file())

@@ -158,10 +158,13 @@ def test_full_disk_leaves_previous_checkpoint(tmp_path, monkeypatch):
     save_checkpoint(tmp_path, 2, state, metric=0.4)
     before, before_pointers = entries(tmp_path), pointers(tmp_path)
     monkeypatch.setattr(torch, "save", failing_save)
-    with pytest.raises(CheckpointError, match=re.escape(
-        f"could not write checkpoint step 3 to {tmp_path}: [Errno 28] No space left on device; "
-        "the previous checkpoint step 2 is intact"
-    )):
+    with pytest.raises(
+        CheckpointError,
+        match=re.escape(
+            f"could not write checkpoint step 3 to {tmp_path}: [Errno 28] No space left on device; "
+            "the previous checkpoint step 2 is intact"
+        ),
+    ):
         save_checkpoint(tmp_path, 3, state, metric=0.1)
     assert entries(tmp_path) == before  # no .tmp- left, nothing pruned
     assert pointers(tmp_path) == before_pointers
@@ -290,7 +293,7 @@ def test_sharded_save_on_2_loads_on_1_and_3(tmp_path):
     load_sharded(target, single)  # world size 1, no process group
     assert torch.equal(single["w"], FULL) and torch.equal(single["b"], FULL[0]) and single["step"] == 5
     results = run_ranks(sharded_worker, 3, args=(target, False), timeout=60)
-    for full, local_rows, bias, step in results:
+    for full, _local_rows, bias, step in results:
         assert np.array_equal(full, FULL.numpy()) and np.array_equal(bias, FULL[0].numpy()) and step == 5
     assert [r[1] for r in results] == [3, 3, 1]  # really sharded three ways
 

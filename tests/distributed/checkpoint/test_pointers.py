@@ -29,8 +29,16 @@ def links(directory: Path) -> dict[str, str]:
 @pytest.mark.multiprocess
 def test_last_state_pt_opens_with_torch_load_after_a_run(tmp_path):
     run = tmp_path / "run"
-    proc = cli("train", "--config", str(REPO / "configs" / "tiny.yaml"), "--set", f"run.dir={run}",
-               "checkpoint.every_steps=3", "checkpoint.keep_last=1", timeout=180)
+    proc = cli(
+        "train",
+        "--config",
+        str(REPO / "configs" / "tiny.yaml"),
+        "--set",
+        f"run.dir={run}",
+        "checkpoint.every_steps=3",
+        "checkpoint.keep_last=1",
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     checkpoints = run / "checkpoints"
     assert set(links(checkpoints)) == {"last", "best"}

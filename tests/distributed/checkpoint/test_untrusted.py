@@ -23,15 +23,33 @@ import pytest
 import torch
 
 from neural_arch.distributed.checkpoint import (
-    UnsafeCheckpoint, load_checkpoint, load_shards, read_whole_shards,
+    UnsafeCheckpoint,
+    load_checkpoint,
+    load_shards,
+    read_whole_shards,
 )
 from neural_arch.distributed.checkpoint.untrusted import MetadataUnpickler, read_dcp_metadata
 from neural_arch.utils.atomic import sha256
 from tests.helpers.cli import cli
 
-TRAIN = ["--set", "training.precision=fp64", "--set", "logging.progress=false", "--set", "logging.tensorboard=false",
-         "--set", "checkpoint.every_steps=2", "--set", "data.num_samples=40", "--set", "data.val_samples=8",
-         "--set", "training.global_batch_size=8", "--set", "model.hidden=4"]
+TRAIN = [
+    "--set",
+    "training.precision=fp64",
+    "--set",
+    "logging.progress=false",
+    "--set",
+    "logging.tensorboard=false",
+    "--set",
+    "checkpoint.every_steps=2",
+    "--set",
+    "data.num_samples=40",
+    "--set",
+    "data.val_samples=8",
+    "--set",
+    "training.global_batch_size=8",
+    "--set",
+    "model.hidden=4",
+]
 STEP2, STEP4 = "checkpoints/step_00000002", "checkpoints/step_00000004"
 
 
@@ -66,8 +84,11 @@ def copy_run(runs: dict[str, Path], kind: str, tmp_path: Path) -> Path:
 def reseal(step_dir: Path) -> None:
     """Rewrite the manifest's size and sha256 of every file, as an attacker with write access would."""
     manifest = json.loads((step_dir / "manifest.json").read_text())
-    manifest["files"] = {p.relative_to(step_dir).as_posix(): {"sha256": sha256(p), "bytes": p.stat().st_size}
-                         for p in sorted(step_dir.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    manifest["files"] = {
+        p.relative_to(step_dir).as_posix(): {"sha256": sha256(p), "bytes": p.stat().st_size}
+        for p in sorted(step_dir.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
     (step_dir / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -127,8 +148,10 @@ def test_sharded_metadata(runs, tmp_path):
     assert not marker.exists()
 
     metadata.write_bytes(pickle.dumps(legit))
-    runs_in_child("from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as c; "
-                  f"c({str(step / 'shards')!r}, {str(tmp_path / 'out.pt')!r})")
+    runs_in_child(
+        "from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as c; "
+        f"c({str(step / 'shards')!r}, {str(tmp_path / 'out.pt')!r})"
+    )
     assert marker.exists(), "the payload is real: torch's own FileSystemReader runs it"
 
 
@@ -157,8 +180,10 @@ def test_sharded_non_tensor_entry(runs, tmp_path):
         read_whole_shards(step)
     assert not marker.exists()
 
-    runs_in_child("from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as c; "
-                  f"c({str(step / 'shards')!r}, {str(tmp_path / 'out.pt')!r})")
+    runs_in_child(
+        "from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as c; "
+        f"c({str(step / 'shards')!r}, {str(tmp_path / 'out.pt')!r})"
+    )
     assert marker.exists(), "the payload is real: torch's default load planner runs it"
 
 
@@ -177,10 +202,17 @@ def test_legit_sharded_checkpoint_loads(runs):
     assert whole["optim"]["param_groups"][0]["momentum"] == full["optimizer"]["param_groups"][0]["momentum"]
 
 
-@pytest.mark.parametrize("module, name", [
-    ("builtins", "eval"), ("posix", "system"), ("torch", "load"), ("torch.serialization", "load"),
-    ("torch.distributed.checkpoint.metadata", "os"), ("pathlib", "Path"),
-])
+@pytest.mark.parametrize(
+    "module, name",
+    [
+        ("builtins", "eval"),
+        ("posix", "system"),
+        ("torch", "load"),
+        ("torch.serialization", "load"),
+        ("torch.distributed.checkpoint.metadata", "os"),
+        ("pathlib", "Path"),
+    ],
+)
 def test_unpickler_allowlist(tmp_path, module, name):
     """Protocol-0 pickles calling ``module.name('x')``: refused by name, never imported or called."""
     file = tmp_path / ".metadata"

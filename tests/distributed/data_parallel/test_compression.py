@@ -99,12 +99,15 @@ def test_powersgd_on_gloo_with_several_buckets_trains(two_ranks):
     assert sum(losses[-5:]) / 5 < 0.4 * sum(losses[:5]) / 5, losses  # here: 0.55 vs 2.07
 
 
-@pytest.mark.parametrize("settings, key", [
-    (Compression("zip"), "ddp.compression='zip'"),  # type: ignore[arg-type]
-    (Compression("powersgd", powersgd_rank=0), "ddp.powersgd_rank=0"),
-    (Compression("powersgd", powersgd_warmup_steps=1), "ddp.powersgd_warmup_steps=1"),
-    (Compression("bf16", bucket_mb=0), "ddp.bucket_mb=0"),
-])
+@pytest.mark.parametrize(
+    "settings, key",
+    [
+        (Compression("zip"), "ddp.compression='zip'"),  # type: ignore[arg-type]
+        (Compression("powersgd", powersgd_rank=0), "ddp.powersgd_rank=0"),
+        (Compression("powersgd", powersgd_warmup_steps=1), "ddp.powersgd_warmup_steps=1"),
+        (Compression("bf16", bucket_mb=0), "ddp.bucket_mb=0"),
+    ],
+)
 def test_bad_settings_are_one_line_errors(settings, key):
     with pytest.raises(ValueError, match=key.replace("(", r"\(")) as info:
         DistributedDataParallel(make_model(), compression=settings)  # world size 1: checked all the same

@@ -108,7 +108,7 @@ def test_ddp_matches_single_process(case, world_size):
     n, batch, steps, shuffle, accum, explicit = CASES[case]
     want = reference(n, batch, steps, shuffle)
     results = run_ranks(ddp_worker, world_size, args=(n, batch, steps, shuffle, accum, explicit))
-    for rank, (params, sizes) in enumerate(results):
+    for rank, (params, _sizes) in enumerate(results):
         for got, ref in zip(params, want):
             np.testing.assert_allclose(got, ref, rtol=0, atol=ATOL, err_msg=f"rank {rank}")
     if case == "uneven_last_batch_one_rank_empty":
@@ -126,8 +126,11 @@ def no_sync_worker(rank, world_size):
     gathered = all_gather(local)
     model.sync_gradients()
     synced = all_gather(model.module[0].weight.grad)
-    return (gathered[0] - gathered[1]).abs().max().item(), (synced[0] - synced[1]).abs().max().item(), \
-        (model.module[0].weight.grad - (gathered[0] + gathered[1]) / 2).abs().max().item()
+    return (
+        (gathered[0] - gathered[1]).abs().max().item(),
+        (synced[0] - synced[1]).abs().max().item(),
+        (model.module[0].weight.grad - (gathered[0] + gathered[1]) / 2).abs().max().item(),
+    )
 
 
 def test_no_sync_really_skips_communication():
@@ -153,8 +156,8 @@ loss.backward()  # Gradients synchronized here
 
 def seed_micro_batches(rank: int) -> tuple[list[torch.Tensor], torch.Tensor]:
     x, y = make_data(24)
-    share = x[rank * 12:(rank + 1) * 12]
-    return [share[i:i + 4] for i in range(0, 12, 4)], y[rank * 4:(rank + 1) * 4]
+    share = x[rank * 12 : (rank + 1) * 12]
+    return [share[i : i + 4] for i in range(0, 12, 4)], y[rank * 4 : (rank + 1) * 4]
 
 
 def seed_no_sync_worker(rank, world_size):
@@ -168,8 +171,16 @@ def seed_no_sync_worker(rank, world_size):
 
     model.torch_ddp.register_comm_hook(None, counting_hook)
     micro_batches, targets = seed_micro_batches(rank)
-    exec(SEED_003_NO_SYNC, {"no_sync": no_sync, "model": model, "micro_batches": micro_batches,
-                            "targets": targets, "criterion": nn.MSELoss()})
+    exec(
+        SEED_003_NO_SYNC,
+        {
+            "no_sync": no_sync,
+            "model": model,
+            "micro_batches": micro_batches,
+            "targets": targets,
+            "criterion": nn.MSELoss(),
+        },
+    )
     return [p.grad.numpy().copy() for p in model.module.parameters()], len(reductions)
 
 

@@ -42,7 +42,13 @@ def worker(rank: int, world: int, approximation_rank: int) -> dict:
     grads = views(flat)
     plan = plan_bucket(grads, approximation_rank)
     memory = first_memory(plan, 0, flat)
-    worst, applied, true_mean, exact_equal, same_on_ranks = 0.0, torch.zeros_like(flat), torch.zeros_like(flat), True, True
+    worst, applied, true_mean, exact_equal, same_on_ranks = (
+        0.0,
+        torch.zeros_like(flat),
+        torch.zeros_like(flat),
+        True,
+        True,
+    )
     for step in range(STEPS):
         local = torch.randn(flat.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(10 * step + rank))
         flat.copy_(local)
@@ -58,20 +64,23 @@ def worker(rank: int, world: int, approximation_rank: int) -> dict:
         offset_e = offset_q = 0
         for m in plan.matrices:
             size_e, size_q = m.rows * m.cols, m.rank * m.cols
-            err_before = error_before[offset_e:offset_e + size_e].view(m.rows, m.cols)
+            err_before = error_before[offset_e : offset_e + size_e].view(m.rows, m.cols)
             mine = views(local)[m.index].reshape(m.rows, m.cols) + err_before
             ms = all_gather(mine)
-            expect = reference(ms, q_before[offset_q:offset_q + size_q].view(m.rank, m.cols))
+            expect = reference(ms, q_before[offset_q : offset_q + size_q].view(m.rank, m.cols))
             scale = float(expect.abs().max())
-            got_err = memory.error[offset_e:offset_e + size_e].view(m.rows, m.cols)
-            worst = max(worst, float((grads[m.index].reshape(m.rows, m.cols) - expect).abs().max()) / scale,
-                        float((got_err - (mine - expect)).abs().max()) / scale)
+            got_err = memory.error[offset_e : offset_e + size_e].view(m.rows, m.cols)
+            worst = max(
+                worst,
+                float((grads[m.index].reshape(m.rows, m.cols) - expect).abs().max()) / scale,
+                float((got_err - (mine - expect)).abs().max()) / scale,
+            )
             offset_e, offset_q = offset_e + size_e, offset_q + size_q
     mean_error = torch.zeros_like(flat)  # the ranks' mean error, placed where its matrices sit in the bucket
     errors = sum(all_gather(memory.error)) / world
     offset_e = 0
     for m in plan.matrices:
-        views(mean_error)[m.index].view(-1).copy_(errors[offset_e:offset_e + m.rows * m.cols])
+        views(mean_error)[m.index].view(-1).copy_(errors[offset_e : offset_e + m.rows * m.cols])
         offset_e += m.rows * m.cols
     lost = float((applied + mean_error - true_mean).abs().max()) / float(true_mean.abs().max())
     return {"plan": plan, "worst": worst, "exact_equal": exact_equal, "same": same_on_ranks, "lost": lost}
@@ -121,5 +130,5 @@ def test_a_step_with_zero_gradients_does_not_stop_the_matrix_for_good():
     expect = reference([mine], restart / restart.norm(dim=1, keepdim=True))
     assert float(got.norm()) > 0.1 * float(mine.norm())
     assert float((got - expect).abs().max()) < 1e-12 * float(expect.abs().max())
-    error = memory.error[:m.rows * m.cols].view(m.rows, m.cols)
+    error = memory.error[: m.rows * m.cols].view(m.rows, m.cols)
     assert float((error - (mine - got)).abs().max()) < 1e-12 * float(mine.abs().max())

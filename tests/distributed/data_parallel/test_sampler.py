@@ -15,11 +15,11 @@ import torch
 import torch.utils.data as tud
 
 from neural_arch.distributed import DistributedSampler, IndexBatch, init_process_group
-from tests.helpers.sampler_refs import interleave, reference_order, samplers, shares
 from tests.helpers.multiproc import run_ranks
-
+from tests.helpers.sampler_refs import interleave, reference_order, samplers, shares
 
 # --- coverage and order ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 @pytest.mark.parametrize("n", [0, 2, 12, 13, 23])
@@ -89,6 +89,7 @@ def test_drop_last_per_sample_matches_torch():
 
 # --- batch mode ----------------------------------------------------------------------
 
+
 def batch_shares(n, world_size, batch_size, epoch=0, **kwargs):
     out = []
     for s in samplers(n, world_size, batch_size=batch_size, **kwargs):
@@ -135,6 +136,7 @@ def test_drop_last_drops_only_the_incomplete_global_batch():
 
 # --- with torch's DataLoader ------------------------------------------------------
 
+
 def test_works_as_dataloader_sampler_and_batch_sampler():
     n = 14
     data = tud.TensorDataset(torch.arange(n) * 10)
@@ -166,6 +168,7 @@ def test_numpy_and_tensor_integers_are_accepted():
 
 
 # --- errors ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "kwargs,words",
@@ -210,6 +213,7 @@ def test_bad_epoch_and_state_name_the_value():
 
 
 # --- defaults from the process group ---------------------------------------------
+
 
 def default_rank_worker(rank, world_size):
     init_process_group(backend="gloo")

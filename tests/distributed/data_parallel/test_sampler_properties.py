@@ -61,17 +61,25 @@ def test_global_batches_do_not_depend_on_world_size(n, world, batch, seed, shuff
     got = global_batches(ranks(n, world, seed=seed, shuffle=shuffle, drop_last=drop_last, batch_size=batch))
     used = n - n % batch if drop_last else n
     order = reference(n, seed, 0, shuffle)[:used]
-    assert got == [order[k:k + batch] for k in range(0, used, batch)]
+    assert got == [order[k : k + batch] for k in range(0, used, batch)]
 
 
 @PROPERTY
-@given(n=sizes, before=worlds, after=worlds, batch=batches, seed=seeds, shuffle=st.booleans(),
-       cut=st.floats(0, 1), epoch=st.integers(0, 3))
+@given(
+    n=sizes,
+    before=worlds,
+    after=worlds,
+    batch=batches,
+    seed=seeds,
+    shuffle=st.booleans(),
+    cut=st.floats(0, 1),
+    epoch=st.integers(0, 3),
+)
 def test_resume_anywhere_on_any_world_size_continues_the_sequence(n, before, after, batch, seed, shuffle, cut, epoch):
     """Stop after k global batches on ``before`` ranks; resume from rank 0's state on ``after``
     ranks: the two parts are the uninterrupted epoch, no sample skipped or repeated."""
     whole = reference(n, seed, epoch, shuffle)
-    expected = [whole[k:k + batch] for k in range(0, n, batch)]
+    expected = [whole[k : k + batch] for k in range(0, n, batch)]
     k = round(cut * len(expected))
     first = ranks(n, before, seed=seed, shuffle=shuffle, batch_size=batch)
     for s in first:
@@ -89,4 +97,4 @@ def test_resume_anywhere_on_any_world_size_continues_the_sequence(n, before, aft
     for s in second:  # the next epoch is whole again
         s.set_epoch(epoch + 1)
     following = reference(n, seed, epoch + 1, shuffle)
-    assert global_batches(second) == [following[i:i + batch] for i in range(0, n, batch)]
+    assert global_batches(second) == [following[i : i + batch] for i in range(0, n, batch)]

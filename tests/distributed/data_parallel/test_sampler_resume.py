@@ -54,7 +54,7 @@ def test_resume_on_another_world_size_neither_skips_nor_repeats(batch_size, old_
         resumed = [i for per_rank in rest for b in per_rank for i in b]
     else:
         resumed = [i for per_rank in rest for i in per_rank]
-        assert interleave(rest) == order[len(consumed):]
+        assert interleave(rest) == order[len(consumed) :]
     assert not set(consumed) & set(resumed), "a sample was repeated after resume"
     assert sorted(consumed + resumed) == list(range(n)), "a sample was skipped after resume"
 

@@ -152,8 +152,17 @@ def test_tuple_dim_gives_per_channel_stats(run):
 
 def test_every_rank_gets_bit_identical_results(run):
     _, _, results = run
-    keys = ["ordinary", "ordinary_unbiased", "offset", "offset_unbiased", "torch", "float32",
-            "per_channel", "per_channel_negative_dims", "wide"]
+    keys = [
+        "ordinary",
+        "ordinary_unbiased",
+        "offset",
+        "offset_unbiased",
+        "torch",
+        "float32",
+        "per_channel",
+        "per_channel_negative_dims",
+        "wide",
+    ]
     for out in results[1:]:
         for key in keys:
             for a, b in zip(out[key], results[0][key]):
@@ -180,6 +189,7 @@ def test_different_per_sample_shapes_raise_on_every_rank(run):
 
 
 # --- one process, no process group (world size 1) -----------------------------------
+
 
 def test_without_process_group_is_numpy():
     x = np.random.default_rng(0).normal(size=(6, 4))

@@ -42,8 +42,13 @@ def slurm():
 
 
 def test_srun_forms_a_two_rank_world(slurm, tmp_path):
-    proc = subprocess.run(["srun", "-n", "2", "--time=2", sys.executable, PROBE, str(tmp_path), "ok"],
-                          env=slurm.env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["srun", "-n", "2", "--time=2", sys.executable, PROBE, str(tmp_path), "ok"],
+        env=slurm.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert_two_rank_world(tmp_path, "slurm")
 
@@ -63,7 +68,9 @@ def test_sbatch_wait_job_script(slurm, tmp_path):
     assert_two_rank_world(tmp_path, "slurm")
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not found: install Debian's openmpi-bin (.ci/run does)")
+@pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="mpirun not found: install Debian's openmpi-bin (.ci/run does)"
+)
 def test_mpirun_forms_a_two_rank_world(tmp_path):
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, PROBE, str(tmp_path), "ok"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -71,12 +78,26 @@ def test_mpirun_forms_a_two_rank_world(tmp_path):
     assert_two_rank_world(tmp_path, "openmpi")
 
 
-@pytest.mark.parametrize("script, tasks", [("train_distributed.sh", 2), ("train_distributed_multinode.sh", 2), ("train.sh", 1)])
+@pytest.mark.parametrize(
+    "script, tasks", [("train_distributed.sh", 2), ("train_distributed_multinode.sh", 2), ("train.sh", 1)]
+)
 def test_hpc_job_scripts_run_on_slurm(slurm, tmp_path, script, tasks):
     # Shrunk to this one node by command-line options, which override the #SBATCH lines.
     hpc = REPO / "hpc" / script
-    cmd = ["sbatch", "--wait", "--nodes=1", f"--ntasks-per-node={tasks}", f"--ntasks={tasks}", "--cpus-per-task=1",
-           "--time=5", f"--output={tmp_path}/slurm-%j.out", str(hpc), PROBE, str(tmp_path), "ok"]
+    cmd = [
+        "sbatch",
+        "--wait",
+        "--nodes=1",
+        f"--ntasks-per-node={tasks}",
+        f"--ntasks={tasks}",
+        "--cpus-per-task=1",
+        "--time=5",
+        f"--output={tmp_path}/slurm-%j.out",
+        str(hpc),
+        PROBE,
+        str(tmp_path),
+        "ok",
+    ]
     env = dict(slurm.env, PATH=f"{Path(sys.executable).parent}:{slurm.env['PATH']}")  # `python` = this venv
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     logs = "".join(p.read_text() for p in tmp_path.glob("slurm-*.out"))
@@ -90,16 +111,36 @@ def test_hpc_job_scripts_run_on_slurm(slurm, tmp_path, script, tasks):
 
 def test_neural_arch_train_under_srun_and_mpirun(slurm, tmp_path):
     # `neural-arch train` joins the world the scheduler made (no launcher of its own).
-    sets = ["--set", f"run.dir={tmp_path / 'srun'}", "--set", "training.steps=4", "--set", "logging.progress=false",
-            "--set", "logging.tensorboard=false", "--set", "training.global_batch_size=8"]
+    sets = [
+        "--set",
+        f"run.dir={tmp_path / 'srun'}",
+        "--set",
+        "training.steps=4",
+        "--set",
+        "logging.progress=false",
+        "--set",
+        "logging.tensorboard=false",
+        "--set",
+        "training.global_batch_size=8",
+    ]
     cmd = ["srun", "-n", "2", "--time=5", sys.executable, "-m", "neural_arch.cli", "train", *sets]
     proc = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "on 2 process(es)" in proc.stdout
     if shutil.which("mpirun"):
         sets[1] = f"run.dir={tmp_path / 'mpirun'}"
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-m", "neural_arch.cli",
-               "train", *sets]
+        cmd = [
+            "mpirun",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            "2",
+            sys.executable,
+            "-m",
+            "neural_arch.cli",
+            "train",
+            *sets,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "on 2 process(es)" in proc.stdout

@@ -11,8 +11,7 @@ import subprocess
 
 import pytest
 
-from neural_arch.distributed.env import derived_port, detect_cluster_env, expand_hostlist
-from neural_arch.distributed.env import tasks_per_node
+from neural_arch.distributed.env import derived_port, detect_cluster_env, expand_hostlist, tasks_per_node
 
 HOSTLISTS = [
     ("node1", ["node1"]),
@@ -47,11 +46,15 @@ def test_expand_hostlist(text, hosts):
 def test_expand_hostlist_agrees_with_scontrol(tmp_path):
     # scontrol expands hostlists without a controller; it only needs a parseable slurm.conf.
     conf = tmp_path / "slurm.conf"
-    conf.write_text("ClusterName=x\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=localhost\n")
+    conf.write_text(
+        "ClusterName=x\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=localhost\n"
+    )
     env = dict(os.environ, SLURM_CONF=str(conf))
     compared = 0
     for text, _hosts in HOSTLISTS:
-        proc = subprocess.run(["scontrol", "show", "hostnames", text], capture_output=True, text=True, timeout=20, env=env)
+        proc = subprocess.run(
+            ["scontrol", "show", "hostnames", text], capture_output=True, text=True, timeout=20, env=env
+        )
         if "Invalid hostlist" in proc.stdout + proc.stderr:
             continue  # a suffix after a bracket group: newer SLURM only, we accept it too
         assert proc.returncode == 0, proc.stderr
@@ -60,15 +63,18 @@ def test_expand_hostlist_agrees_with_scontrol(tmp_path):
     assert compared >= 15
 
 
-@pytest.mark.parametrize("text, match", [
-    ("node[1-3", "without a matching"),
-    ("node1-3]", "without a matching"),
-    ("node[3-1]", "runs backwards"),
-    ("node[a-b]", "not a number"),
-    ("node[]", "empty brackets"),
-    ("", "is empty"),
-    ("n[[1-2]]", "nested"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("node[1-3", "without a matching"),
+        ("node1-3]", "without a matching"),
+        ("node[3-1]", "runs backwards"),
+        ("node[a-b]", "not a number"),
+        ("node[]", "empty brackets"),
+        ("", "is empty"),
+        ("n[[1-2]]", "nested"),
+    ],
+)
 def test_bad_hostlists(text, match):
     with pytest.raises(ValueError, match=match):
         expand_hostlist(text)
@@ -82,21 +88,57 @@ def test_tasks_per_node():
 
 
 def test_torchrun():
-    env = detect_cluster_env({"TORCHELASTIC_RUN_ID": "abc", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
-                              "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "MASTER_ADDR": "h0", "MASTER_PORT": "29500"})
-    assert (env.source, env.rank, env.world_size, env.local_rank, env.local_world_size, env.node_rank,
-            env.num_nodes, env.master_addr, env.master_port) == ("torchrun", 3, 4, 1, 2, 1, 2, "h0", 29500)
+    env = detect_cluster_env(
+        {
+            "TORCHELASTIC_RUN_ID": "abc",
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "1",
+            "MASTER_ADDR": "h0",
+            "MASTER_PORT": "29500",
+        }
+    )
+    assert (
+        env.source,
+        env.rank,
+        env.world_size,
+        env.local_rank,
+        env.local_world_size,
+        env.node_rank,
+        env.num_nodes,
+        env.master_addr,
+        env.master_port,
+    ) == ("torchrun", 3, 4, 1, 2, 1, 2, "h0", 29500)
 
 
-SLURM = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
-         "SLURM_JOB_NODELIST": "cn[07-08]", "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0",
-         "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_NNODES": "2"}
+SLURM = {
+    "SLURM_PROCID": "3",
+    "SLURM_NTASKS": "4",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_NODELIST": "cn[07-08]",
+    "SLURM_JOB_ID": "4242",
+    "SLURM_STEP_ID": "0",
+    "SLURM_TASKS_PER_NODE": "2(x2)",
+    "SLURM_NNODES": "2",
+}
 
 
 def test_slurm_step():
     env = detect_cluster_env(SLURM)
-    assert (env.source, env.rank, env.world_size, env.local_rank, env.local_world_size, env.node_rank,
-            env.num_nodes, env.master_addr, env.job_id) == ("slurm", 3, 4, 1, 2, 1, 2, "cn07", "4242")
+    assert (
+        env.source,
+        env.rank,
+        env.world_size,
+        env.local_rank,
+        env.local_world_size,
+        env.node_rank,
+        env.num_nodes,
+        env.master_addr,
+        env.job_id,
+    ) == ("slurm", 3, 4, 1, 2, 1, 2, "cn07", "4242")
     assert env.master_port == derived_port("4242") and 12000 <= env.master_port < 32000
     assert detect_cluster_env(dict(SLURM, MASTER_PORT="29999", MASTER_ADDR="x")).master_port == 29999
 
@@ -109,7 +151,9 @@ def test_slurm_batch_script_without_srun_is_one_process():
 
 def test_openmpi_single_node_derives_loopback_and_shared_port():
     base = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PMIX_NAMESPACE": "prterun-h-123@1"}
-    envs = [detect_cluster_env(dict(base, OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_LOCAL_RANK=str(r))) for r in (0, 1)]
+    envs = [
+        detect_cluster_env(dict(base, OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_LOCAL_RANK=str(r))) for r in (0, 1)
+    ]
     assert [e.rank for e in envs] == [0, 1] and all(e.source == "openmpi" for e in envs)
     assert envs[0].master_addr == "127.0.0.1" and envs[0].master_port == envs[1].master_port
 
@@ -134,25 +178,54 @@ def test_mpich_and_intel_mpi():
 
 
 def test_mvapich():
-    got = detect_cluster_env({"MV2_COMM_WORLD_RANK": "5", "MV2_COMM_WORLD_SIZE": "8", "MV2_COMM_WORLD_LOCAL_RANK": "1",
-                              "MV2_COMM_WORLD_LOCAL_SIZE": "4", "MASTER_ADDR": "n0", "MASTER_PORT": "1234"})
+    got = detect_cluster_env(
+        {
+            "MV2_COMM_WORLD_RANK": "5",
+            "MV2_COMM_WORLD_SIZE": "8",
+            "MV2_COMM_WORLD_LOCAL_RANK": "1",
+            "MV2_COMM_WORLD_LOCAL_SIZE": "4",
+            "MASTER_ADDR": "n0",
+            "MASTER_PORT": "1234",
+        }
+    )
     assert (got.source, got.rank, got.local_rank, got.node_rank, got.num_nodes) == ("mpich", 5, 1, 1, 2)
 
 
 def test_lsf_jsrun():
-    got = detect_cluster_env({"JSM_NAMESPACE_RANK": "7", "JSM_NAMESPACE_SIZE": "12", "JSM_NAMESPACE_LOCAL_RANK": "1",
-                              "JSM_NAMESPACE_LOCAL_SIZE": "6", "LSB_JOBID": "99",
-                              "LSB_MCPU_HOSTS": "batch1 1 f01n01 42 f01n02 42"})
+    got = detect_cluster_env(
+        {
+            "JSM_NAMESPACE_RANK": "7",
+            "JSM_NAMESPACE_SIZE": "12",
+            "JSM_NAMESPACE_LOCAL_RANK": "1",
+            "JSM_NAMESPACE_LOCAL_SIZE": "6",
+            "LSB_JOBID": "99",
+            "LSB_MCPU_HOSTS": "batch1 1 f01n01 42 f01n02 42",
+        }
+    )
     assert (got.source, got.rank, got.node_rank, got.num_nodes, got.master_addr) == ("lsf", 7, 1, 2, "f01n01")
     assert got.master_port == derived_port("99")
 
 
 def test_kubernetes_pytorchjob_and_indexed_job():
-    job = detect_cluster_env({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "RANK": "1", "WORLD_SIZE": "2",
-                              "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456"})
+    job = detect_cluster_env(
+        {
+            "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+            "RANK": "1",
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "job-master-0",
+            "MASTER_PORT": "23456",
+        }
+    )
     assert (job.source, job.rank, job.master_addr) == ("kubernetes", 1, "job-master-0")
-    indexed = detect_cluster_env({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "JOB_COMPLETION_INDEX": "2", "WORLD_SIZE": "4",
-                                  "MASTER_ADDR": "train-0.train", "MASTER_PORT": "29500"})
+    indexed = detect_cluster_env(
+        {
+            "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+            "JOB_COMPLETION_INDEX": "2",
+            "WORLD_SIZE": "4",
+            "MASTER_ADDR": "train-0.train",
+            "MASTER_PORT": "29500",
+        }
+    )
     assert (indexed.source, indexed.rank, indexed.world_size, indexed.node_rank) == ("kubernetes", 2, 4, 2)
 
 
@@ -162,17 +235,23 @@ def test_plain_env_and_local():
     assert (local.source, local.rank, local.world_size) == ("local", 0, 1)
 
 
-@pytest.mark.parametrize("env, match", [
-    ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 is outside 0..1"),
-    ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not an integer"),
-    ({"RANK": "0", "WORLD_SIZE": "zero"}, "WORLD_SIZE='zero' is not an integer"),
-    ({"RANK": "0", "WORLD_SIZE": "0"}, "world size 0 must be >= 1"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"}, "local rank 3 is outside"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "70000"}, "master port 70000"),
-    (dict(SLURM, SLURM_PROCID="4"), "slurm environment: rank 4 is outside 0..3"),
-    ({"OMPI_COMM_WORLD_RANK": "-1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, "rank -1 is outside"),
-    (dict(SLURM, SLURM_JOB_NODELIST="cn[1-"), "without a matching"),
-])
+@pytest.mark.parametrize(
+    "env, match",
+    [
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 is outside 0..1"),
+        ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not an integer"),
+        ({"RANK": "0", "WORLD_SIZE": "zero"}, "WORLD_SIZE='zero' is not an integer"),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, "world size 0 must be >= 1"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"}, "local rank 3 is outside"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "70000"}, "master port 70000"),
+        (dict(SLURM, SLURM_PROCID="4"), "slurm environment: rank 4 is outside 0..3"),
+        (
+            {"OMPI_COMM_WORLD_RANK": "-1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+            "rank -1 is outside",
+        ),
+        (dict(SLURM, SLURM_JOB_NODELIST="cn[1-"), "without a matching"),
+    ],
+)
 def test_bad_values_are_clear_errors(env, match):
     with pytest.raises(ValueError, match=match):
         detect_cluster_env(env)

@@ -73,7 +73,7 @@ def test_any_text_expands_or_names_itself_in_one_line(text):
     except ValueError as exc:
         message = str(exc)
         assert message.startswith("hostlist ") and "\n" not in message, message
-        quoted = message[len("hostlist "):].split(":")[0].split(" is empty")[0]
+        quoted = message[len("hostlist ") :].split(":")[0].split(" is empty")[0]
         assert quoted.strip("'") in text or not text.strip(), message  # names (part of) what was given
         return
     assert all(isinstance(h, str) and h and "[" not in h and "]" not in h for h in hosts), (text, hosts)

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from tests.helpers.cli import LAUNCHER
-from neural_arch.distributed.launcher.cpu_bind import bind_worker, by_core, plan_binding, worker_slice
 from neural_arch.distributed.launcher.config import LaunchConfig
+from neural_arch.distributed.launcher.cpu_bind import bind_worker, by_core, plan_binding, worker_slice
+from tests.helpers.cli import LAUNCHER
 
 SHOW = "import os; print('cpus', os.environ['LOCAL_RANK'], sorted(os.sched_getaffinity(0)), flush=True)"
 
@@ -47,7 +47,9 @@ def test_launched_workers_get_their_own_cores_unless_told_not_to(tmp_path):
     bound = subprocess.run([*base, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert bound.returncode == 0, bound.stderr
     assert f"cpus 0 [{cpus[0]}]" in bound.stdout and f"cpus 1 [{cpus[1]}]" in bound.stdout, bound.stdout
-    free = subprocess.run([*base, "--cpu-bind", "none", str(script)], capture_output=True, text=True, timeout=120, env=env)
+    free = subprocess.run(
+        [*base, "--cpu-bind", "none", str(script)], capture_output=True, text=True, timeout=120, env=env
+    )
     assert free.returncode == 0, free.stderr
     assert f"cpus 0 {cpus}" in free.stdout and f"cpus 1 {cpus}" in free.stdout, free.stdout
 

@@ -23,10 +23,10 @@ import pytest
 
 from neural_arch.distributed.launcher.scratch import leftovers
 from tests.helpers.cli import LAUNCHER
-from tests.helpers.proc_tree import alive, is_loopback, listening, process_tree
+from tests.helpers.long_run import LONG, wait_for_rows
 from tests.helpers.multiproc import free_port
 from tests.helpers.paths import SCRIPTS
-from tests.helpers.long_run import LONG, wait_for_rows
+from tests.helpers.proc_tree import alive, is_loopback, listening, process_tree
 
 pytestmark = pytest.mark.multiprocess  # every test here runs launchers and their workers
 
@@ -99,8 +99,12 @@ def test_launcher_job_listens_on_loopback_only_and_nothing_outlives_the_launcher
         assert proc.wait() == (-signum if signum == signal.SIGKILL else 128 + signum), out.read_text()
         assert not list((tmp_path / "tmp").iterdir()), list((tmp_path / "tmp").rglob("*"))
         if signum == signal.SIGINT:  # a stop asked for: one line, no traceback from the launcher
-            assert out.read_text().strip().splitlines()[-1].endswith("stopped by SIGINT; the workers were stopped "
-                                                                     "too (SIGKILL after --shutdown-timeout)."), out.read_text()
+            assert (
+                out.read_text()
+                .strip()
+                .splitlines()[-1]
+                .endswith("stopped by SIGINT; the workers were stopped too (SIGKILL after --shutdown-timeout).")
+            ), out.read_text()
         print(f"every process of the job gone {took:.2f} s after the launcher's {signum.name}")
     finally:
         for pid in alive(process_tree(proc.pid)) if proc.poll() is None else ():
@@ -137,11 +141,26 @@ def lan_address() -> str:
 
 
 def node(addr: str, port: int, rank: int, token: str, out: Path, *extra: str) -> subprocess.Popen:
-    cmd = LAUNCHER + ["--nproc_per_node=1", "--nnodes=2", f"--node_rank={rank}", f"--master_addr={addr}",
-                      f"--master_port={port}", f"--job_token={token}", "--start_timeout=60", *extra,
-                      PROBE, str(out), "ok"]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"))
+    cmd = LAUNCHER + [
+        "--nproc_per_node=1",
+        "--nnodes=2",
+        f"--node_rank={rank}",
+        f"--master_addr={addr}",
+        f"--master_port={port}",
+        f"--job_token={token}",
+        "--start_timeout=60",
+        *extra,
+        PROBE,
+        str(out),
+        "ok",
+    ]
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"),
+    )
 
 
 @pytest.mark.timeout(180)
@@ -162,12 +181,18 @@ def test_a_foreign_job_on_the_rendezvous_port_is_refused_and_the_same_token_join
         _, err = foreign.communicate(timeout=60)
         assert foreign.returncode == 2, err
         lines = err.strip().splitlines()
-        assert len(lines) == 1 and f"refusing to join the rendezvous at {addr}:{port}: it belongs to another " \
-            "job" in lines[0] and "--job-token" in lines[0], err
+        assert (
+            len(lines) == 1
+            and f"refusing to join the rendezvous at {addr}:{port}: it belongs to another job" in lines[0]
+            and "--job-token" in lines[0]
+        ), err
         second = node(addr, port, 1, "job-a", tmp_path, *rdzv)
         outs = [p.communicate(timeout=120) for p in (first, second)]
         assert [first.returncode, second.returncode] == [0, 0], outs
-        assert sorted(p.name for p in tmp_path.glob("rank_*.json")) == ["rank_0_attempt_0.json", "rank_1_attempt_0.json"]
+        assert sorted(p.name for p in tmp_path.glob("rank_*.json")) == [
+            "rank_0_attempt_0.json",
+            "rank_1_attempt_0.json",
+        ]
     finally:
         for p in (first,):
             if p.poll() is None:

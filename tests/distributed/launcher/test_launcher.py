@@ -25,6 +25,7 @@ pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a 
 
 PROBE = str(SCRIPTS / "launch_probe.py")
 
+
 def records(out: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in out.glob("rank_*.json")}
 
@@ -51,7 +52,9 @@ def test_a_torn_error_file_is_set_aside_and_the_job_restarts(tmp_path):
 
 
 def test_without_restarts_the_summary_names_rank_and_signal(tmp_path):
-    proc = launch("--nproc_per_node=2", "--max_restarts=0", f"--log_dir={tmp_path / 'logs'}", PROBE, str(tmp_path), "kill1")
+    proc = launch(
+        "--nproc_per_node=2", "--max_restarts=0", f"--log_dir={tmp_path / 'logs'}", PROBE, str(tmp_path), "kill1"
+    )
     assert proc.returncode != 0
     assert "root cause: attempt 0, rank 1" in proc.stderr and "SIGKILL" in proc.stderr
     # the last lines of rank 1's own output, although SIGKILL let it flush nothing itself
@@ -61,17 +64,20 @@ def test_without_restarts_the_summary_names_rank_and_signal(tmp_path):
 def test_failed_rank_traceback_is_in_the_summary(tmp_path):
     proc = launch("--nproc_per_node=2", "--max_restarts=1", PROBE, str(tmp_path), "fail1")
     assert proc.returncode == 1
-    summary = proc.stderr[proc.stderr.index("neural_arch launcher: job failed"):]
+    summary = proc.stderr[proc.stderr.index("neural_arch launcher: job failed") :]
     assert "job failed after 2 attempt(s)" in summary
     assert "rank 1 (local rank 1" in summary and "exited with code 1" in summary
     assert "RuntimeError: rank 1 cannot continue: simulated bug" in summary
     assert "ChildFailedError" not in proc.stderr
 
 
-@pytest.mark.parametrize("mode, diagnosis", [
-    ("hang1", "did not arrive: rank 1 (entered only 0 collective calls; between collectives)"),  # sleeps
-    ("stop1", "did not arrive: rank 1 (entered only 0 collective calls; silent for"),  # SIGSTOPped: no heartbeat
-])
+@pytest.mark.parametrize(
+    "mode, diagnosis",
+    [
+        ("hang1", "did not arrive: rank 1 (entered only 0 collective calls; between collectives)"),  # sleeps
+        ("stop1", "did not arrive: rank 1 (entered only 0 collective calls; silent for"),  # SIGSTOPped: no heartbeat
+    ],
+)
 def test_hung_rank_is_named_within_a_bounded_time(tmp_path, mode, diagnosis):
     start = time.monotonic()
     proc = launch("--nproc_per_node=2", "--max_restarts=0", "--timeout=10", PROBE, str(tmp_path), mode, timeout=90)
@@ -87,8 +93,16 @@ def test_two_launchers_form_one_world_of_four(tmp_path):
     port = free_port()
     common = ["--nproc_per_node=2", "--nnodes=2", "--master_addr=127.0.0.1", f"--master_port={port}"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    nodes = [subprocess.Popen(LAUNCHER + common + [f"--node_rank={n}", PROBE, str(tmp_path), "ok"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (0, 1)]
+    nodes = [
+        subprocess.Popen(
+            LAUNCHER + common + [f"--node_rank={n}", PROBE, str(tmp_path), "ok"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n in (0, 1)
+    ]
     outputs = [p.communicate(timeout=120)[0] for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outputs
     got = records(tmp_path)
@@ -109,8 +123,15 @@ def test_two_jobs_at_once_pick_different_free_ports(tmp_path):
     jobs = []
     for out in outs:
         out.mkdir()
-        jobs.append(subprocess.Popen(LAUNCHER + ["--nproc_per_node=2", PROBE, str(out), "ok"], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        jobs.append(
+            subprocess.Popen(
+                LAUNCHER + ["--nproc_per_node=2", PROBE, str(out), "ok"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     logs = [j.communicate(timeout=120)[0] for j in jobs]
     assert [j.returncode for j in jobs] == [0, 0], logs
     ports = [{r["env"]["MASTER_PORT"] for r in records(out).values()} for out in outs]
@@ -130,7 +151,9 @@ def test_occupied_port_fails_fast_with_a_clear_message(tmp_path):
 
 
 def test_workers_see_torchrun_variables_and_output_is_prefixed(tmp_path):
-    proc = launch(PROBE, "--nproc_per_node=2", f"--log_dir={tmp_path / 'logs'}", str(tmp_path), "ok", "--", "--nnodes", "x")
+    proc = launch(
+        PROBE, "--nproc_per_node=2", f"--log_dir={tmp_path / 'logs'}", str(tmp_path), "ok", "--", "--nnodes", "x"
+    )
     assert proc.returncode == 0, proc.stderr
     got = records(tmp_path)
     env = got["rank_1_attempt_0"]["env"]
@@ -149,14 +172,17 @@ def test_rank0_only_console(tmp_path):
     assert "[rank 0] hello" in proc.stdout and "[rank 1]" not in proc.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--nproc_per_node=zero", PROBE], "nproc_per_node='zero'"),
-    (["--nnodes=3:1", PROBE], "nnodes='3:1'"),
-    (["--nnodes=2", PROBE], "needs --master_port"),
-    (["--bogus=1", PROBE], "unknown launcher option '--bogus=1'"),
-    (["missing_script.py"], "script 'missing_script.py' not found"),
-    ([], "no script given"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--nproc_per_node=zero", PROBE], "nproc_per_node='zero'"),
+        (["--nnodes=3:1", PROBE], "nnodes='3:1'"),
+        (["--nnodes=2", PROBE], "needs --master_port"),
+        (["--bogus=1", PROBE], "unknown launcher option '--bogus=1'"),
+        (["missing_script.py"], "script 'missing_script.py' not found"),
+        ([], "no script given"),
+    ],
+)
 def test_usage_errors_exit_2_with_one_line(args, message):
     proc = launch(*args, timeout=60)
     assert proc.returncode == 2
@@ -167,7 +193,10 @@ def test_usage_errors_exit_2_with_one_line(args, message):
 def test_both_argument_orders():
     assert split_argv(["--nproc_per_node=2", "t.py", "--lr", "1"]) == (["--nproc_per_node=2"], "t.py", ["--lr", "1"])
     assert split_argv(["t.py", "--nproc_per_node", "8", "--lr", "1", "--backend=gloo"]) == (
-        ["--nproc_per_node", "8", "--backend=gloo"], "t.py", ["--lr", "1"])
+        ["--nproc_per_node", "8", "--backend=gloo"],
+        "t.py",
+        ["--lr", "1"],
+    )
     assert split_argv(["--nnodes=1", "t.py", "--nproc_per_node=3"]) == (["--nnodes=1"], "t.py", ["--nproc_per_node=3"])
     assert split_argv(["t.py", "--", "--nproc_per_node=3"]) == ([], "t.py", ["--nproc_per_node=3"])
 
@@ -182,12 +211,27 @@ def test_python_api(tmp_path):
 
 def test_neural_arch_cli_launch_and_env(tmp_path):
     cli = [sys.executable, "-m", "neural_arch.cli"]
-    proc = subprocess.run(cli + ["launch", "--nproc_per_node=2", PROBE, str(tmp_path), "ok"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        cli + ["launch", "--nproc_per_node=2", PROBE, str(tmp_path), "ok"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(r["rank"] for r in records(tmp_path).values()) == [0, 1]
-    env = subprocess.run(cli + ["env"], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, SLURM_PROCID="1", SLURM_STEP_ID="0", SLURM_NTASKS="2", SLURM_JOB_NODELIST="cn[1-2]",
-                                  SLURM_JOB_ID="77", SLURM_TASKS_PER_NODE="1(x2)", SLURM_NODEID="1"))
+    env = subprocess.run(
+        cli + ["env"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(
+            os.environ,
+            SLURM_PROCID="1",
+            SLURM_STEP_ID="0",
+            SLURM_NTASKS="2",
+            SLURM_JOB_NODELIST="cn[1-2]",
+            SLURM_JOB_ID="77",
+            SLURM_TASKS_PER_NODE="1(x2)",
+            SLURM_NODEID="1",
+        ),
+    )
     assert env.returncode == 0, env.stderr
     assert "cluster:          slurm" in env.stdout and "rank:             1 of 2" in env.stdout
     assert "master:           cn1:" in env.stdout and "free port:" in env.stdout and "torch 2." in env.stdout
@@ -200,11 +244,35 @@ def test_root_cause_prefers_the_killed_rank_over_its_victims():
     from neural_arch.distributed.launcher.agent import FailureRecord
     from neural_arch.distributed.launcher.failures import format_failure_summary
 
-    victim = FailureRecord(attempt=0, rank=0, local_rank=0, pid=10, exitcode=1, signal=None, timestamp=100,
-                           message={"message": "RuntimeError: Read error: Connection reset by peer"})
-    killed = FailureRecord(attempt=0, rank=1, local_rank=1, pid=11, exitcode=-9, signal="SIGKILL", timestamp=101,
-                           message="Signal 9 (SIGKILL) received by PID 11")
-    bug = FailureRecord(attempt=0, rank=2, local_rank=2, pid=12, exitcode=1, signal=None, timestamp=102,
-                        message={"message": "ValueError: bad shape"})
+    victim = FailureRecord(
+        attempt=0,
+        rank=0,
+        local_rank=0,
+        pid=10,
+        exitcode=1,
+        signal=None,
+        timestamp=100,
+        message={"message": "RuntimeError: Read error: Connection reset by peer"},
+    )
+    killed = FailureRecord(
+        attempt=0,
+        rank=1,
+        local_rank=1,
+        pid=11,
+        exitcode=-9,
+        signal="SIGKILL",
+        timestamp=101,
+        message="Signal 9 (SIGKILL) received by PID 11",
+    )
+    bug = FailureRecord(
+        attempt=0,
+        rank=2,
+        local_rank=2,
+        pid=12,
+        exitcode=1,
+        signal=None,
+        timestamp=102,
+        message={"message": "ValueError: bad shape"},
+    )
     assert "root cause: attempt 0, rank 1 " in format_failure_summary([victim, killed], None, 0)
     assert "root cause: attempt 0, rank 2 " in format_failure_summary([victim, bug], None, 0)

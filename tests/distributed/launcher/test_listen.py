@@ -31,8 +31,13 @@ def _ipv6_loopback() -> bool:
         return False
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", pytest.param("::1", marks=pytest.mark.skipif(
-    not _ipv6_loopback(), reason="no IPv6 loopback on this machine"))])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        pytest.param("::1", marks=pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")),
+    ],
+)
 def test_a_served_store_listens_on_its_host_address_only(host):
     store = serving_store(host, 0, TIMEOUT)
     mine = [(addr, port) for _, addr, port in listening({os.getpid()}) if port == store.port]

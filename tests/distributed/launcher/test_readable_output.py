@@ -49,13 +49,17 @@ def test_a_deterministic_bug_shows_its_traceback_at_most_three_times_without_lau
     # Attempt 0 shows it (per rank that got to raise), attempt 1 names it, the summary quotes it once.
     assert 2 <= out.count(HEADER) <= 3, out
     assert 2 <= len(KEY_ERROR.findall(out)) <= 3, out
-    assert re.search(r"^\[rank (0|1)\] neural_arch: attempt 1 failed with the same traceback as rank (0|1) attempt 0 "
-                     r"\(shown above\)$", out, re.M), out
+    assert re.search(
+        r"^\[rank (0|1)\] neural_arch: attempt 1 failed with the same traceback as rank (0|1) attempt 0 "
+        r"\(shown above\)$",
+        out,
+        re.M,
+    ), out
     assert out.count(f'File "{tmp_path / "bug.py"}", line 4, in <module>') == out.count(HEADER), out
     for frame in WRAPPER_FRAMES:
         assert frame not in out, out
     assert not TORCH_LOG_LINE.search(out), out
-    summary = out[out.index("neural_arch launcher: job failed after 2 attempt(s)"):]
+    summary = out[out.index("neural_arch launcher: job failed after 2 attempt(s)") :]
     assert summary.count(HEADER) == 1 and "(traceback):" in summary, summary
     assert elapsed < 15, f"took {elapsed:.1f} s"
 
@@ -72,8 +76,10 @@ def test_verbose_shows_torch_elastic_log_lines(tmp_path):
 def test_frames_above_the_users_go_and_frames_below_stay(tmp_path):
     script = tmp_path / "recorded.py"
     # torch's @record wraps the user's main: its frame sits between the user's, and goes.
-    script.write_text("from torch.distributed.elastic.multiprocessing.errors import record\n"
-                      "@record\ndef main():\n    {}['missing']\nmain()\n")
+    script.write_text(
+        "from torch.distributed.elastic.multiprocessing.errors import record\n"
+        "@record\ndef main():\n    {}['missing']\nmain()\n"
+    )
     with pytest.raises(KeyError) as raised:
         run_python(str(script), [], "script")
     text = user_traceback(raised.value)

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from tests.helpers.cli import LAUNCHER
 from neural_arch.distributed.launcher.failures import format_failure_summary
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import repeated_failure
+from tests.helpers.cli import LAUNCHER
 
 BUG = "RuntimeError: simulated deterministic bug"
 
@@ -37,13 +37,19 @@ nd.all_reduce(torch.ones(1))
 def run(tmp_path, mode: str, max_restarts: int) -> subprocess.CompletedProcess:
     script = tmp_path / "bug.py"
     script.write_text(SCRIPT)
-    cmd = LAUNCHER + ["--nproc_per_node=2", f"--max_restarts={max_restarts}", "--timeout=20", str(script), mode,
-                      str(tmp_path / "checkpoints")]
+    cmd = LAUNCHER + [
+        "--nproc_per_node=2",
+        f"--max_restarts={max_restarts}",
+        "--timeout=20",
+        str(script),
+        mode,
+        str(tmp_path / "checkpoints"),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
 def summary(proc: subprocess.CompletedProcess) -> str:
-    return proc.stderr[proc.stderr.index("neural_arch launcher: job failed"):]
+    return proc.stderr[proc.stderr.index("neural_arch launcher: job failed") :]
 
 
 @pytest.mark.multiprocess
@@ -52,7 +58,10 @@ def test_identical_failure_stops_after_two_attempts_with_one_traceback(tmp_path)
     assert proc.returncode == 1, proc.stderr
     text = summary(proc)
     assert text.startswith("neural_arch launcher: job failed after 2 attempt(s) (max_restarts=3).")
-    assert "not restarted again: rank 1 failed with the same RuntimeError at bug.py:11 in train_step on attempts 0 and 1" in text
+    assert (
+        "not restarted again: rank 1 failed with the same RuntimeError at bug.py:11 in train_step on attempts 0 and 1"
+        in text
+    )
     assert text.count(BUG) == 1 and "rank 1, attempts 0-1 (traceback):" in text, text
     assert "rank 1 attempt 2" not in proc.stdout
 
@@ -69,8 +78,16 @@ def test_identical_failure_after_a_new_checkpoint_is_restarted(tmp_path):
 
 def record(rank: int, attempt: int, stack: str, signal=None) -> FailureRecord:
     message = {"message": stack.splitlines()[-1], "extraInfo": {"py_callstack": stack}} if stack else "killed"
-    return FailureRecord(attempt=attempt, rank=rank, local_rank=rank, pid=100 * attempt + rank,
-                         exitcode=-9 if signal else 1, signal=signal, message=message, timestamp=attempt)
+    return FailureRecord(
+        attempt=attempt,
+        rank=rank,
+        local_rank=rank,
+        pid=100 * attempt + rank,
+        exitcode=-9 if signal else 1,
+        signal=signal,
+        message=message,
+        timestamp=attempt,
+    )
 
 
 STACK = 'Traceback (most recent call last):\n  File "/x/train.py", line {line}, in step\n    boom()\n{error}\n'

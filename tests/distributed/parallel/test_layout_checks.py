@@ -10,13 +10,25 @@ import torch
 
 from neural_arch.apps.gpt.parallelize import GPTStage, heads, parallel_plan
 from neural_arch.distributed.parallel import (
-    ParallelLayout, apply_activation_checkpointing, check_plan, data_parallel_loss, even_split, layout_from_dict,
-    TensorPlan, local_stages, pad_rows, validate,
+    ParallelLayout,
+    TensorPlan,
+    apply_activation_checkpointing,
+    check_plan,
+    data_parallel_loss,
+    even_split,
+    layout_from_dict,
+    local_stages,
+    pad_rows,
+    validate,
 )
 from tests.helpers.gpt_runs import Setup, build_model, data, reference_run, sample_loss
 
 BAD = [
-    (dict(dp_shard=2), 4, "dp_replicate*dp_shard*tp*pp = 1*2*1*1 = 2 but the world has 4 processes; make the product 4"),
+    (
+        dict(dp_shard=2),
+        4,
+        "dp_replicate*dp_shard*tp*pp = 1*2*1*1 = 2 but the world has 4 processes; make the product 4",
+    ),
     (dict(tp=0), 1, "parallel.tp=0 must be an integer >= 1"),
     (dict(dp_shard=True), 1, "parallel.dp_shard=True must be an integer >= 1"),
     (dict(pp=2, microbatches=1), 2, "parallel.microbatches=1 is less than pp=2"),
@@ -25,8 +37,12 @@ BAD = [
     (dict(param_dtype="float16"), 1, "parallel.param_dtype='float16' is not one of fp32, fp64, bf16, fp16"),
     (dict(activation_checkpointing=-1), 1, "parallel.activation_checkpointing=-1 must be an integer >= 0"),
     (dict(microbatches=4), 1, "parallel.microbatches=4 splits a pipeline step but pp=1"),
-    (dict(sequence_parallel=True), 1, "parallel.sequence_parallel=true splits the sequence over tensor-parallel "
-                                      "ranks but tp=1; set tp >= 2 or sequence_parallel=false"),
+    (
+        dict(sequence_parallel=True),
+        1,
+        "parallel.sequence_parallel=true splits the sequence over tensor-parallel "
+        "ranks but tp=1; set tp >= 2 or sequence_parallel=false",
+    ),
     (dict(sequence_parallel="yes", tp=2), 2, "parallel.sequence_parallel='yes' must be true or false"),
 ]
 
@@ -56,10 +72,13 @@ def test_microbatches_left_out_is_one_per_pipeline_rank(schedule):
     assert layout_from_dict({"pp": 2, "microbatches": None}).microbatches == 2
 
 
-@pytest.mark.parametrize("values, message", [
-    (dict(tp=3), "parallel.tp=3 does not divide the model's 4 attention heads; choose tp among [1, 2, 4]"),
-    (dict(pp=4, microbatches=4, pp_schedule="interleaved_1f1b"), "= 8 pipeline stages but the model has 4 blocks"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (dict(tp=3), "parallel.tp=3 does not divide the model's 4 attention heads; choose tp among [1, 2, 4]"),
+        (dict(pp=4, microbatches=4, pp_schedule="interleaved_1f1b"), "= 8 pipeline stages but the model has 4 blocks"),
+    ],
+)
 def test_model_that_cannot_split_is_one_line_error(values, message):
     model = build_model(Setup())
     with pytest.raises(ValueError) as err:

@@ -50,8 +50,9 @@ def _train(references: dict, runs: dict[str, Run], world: int) -> dict[str, list
 def test_sharded_and_tensor_parallel_on_two_ranks(references):
     runs = {
         "fsdp2": Run(ROTARY, ParallelLayout(dp_shard=2)),
-        "fsdp2_checkpointing": Run(ROTARY, ParallelLayout(dp_shard=2, activation_checkpointing=1,
-                                                          reshard_after_forward=False)),
+        "fsdp2_checkpointing": Run(
+            ROTARY, ParallelLayout(dp_shard=2, activation_checkpointing=1, reshard_after_forward=False)
+        ),
         "fsdp2_fp32_compute": Run(ROTARY, ParallelLayout(dp_shard=2, param_dtype="fp32", reduce_dtype="fp64")),
         "tp2": Run(ROTARY, ParallelLayout(tp=2)),
         "tp2_sp": Run(ODD, ParallelLayout(tp=2, sequence_parallel=True)),
@@ -90,8 +91,9 @@ def test_two_dimensional_layouts_on_four_ranks(references):
         "pp2_dp2": Run(ROTARY, ParallelLayout(dp_shard=2, pp=2, microbatches=2)),
         "fsdp2_tp2_sp": Run(ROTARY, ParallelLayout(dp_shard=2, tp=2, sequence_parallel=True)),
         # one block per stage: whole tensors cross the stage boundaries, cut and gathered in each block
-        "pp2_tp2_sp": Run(ROTARY, ParallelLayout(pp=2, tp=2, microbatches=2, pp_schedule="interleaved_1f1b",
-                                                 sequence_parallel=True)),
+        "pp2_tp2_sp": Run(
+            ROTARY, ParallelLayout(pp=2, tp=2, microbatches=2, pp_schedule="interleaved_1f1b", sequence_parallel=True)
+        ),
     }
     results = _train(references, runs, 4)
     full = references[ROTARY]["params"][QKV].numel()

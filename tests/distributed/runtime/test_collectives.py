@@ -83,8 +83,12 @@ def test_collectives_match_numpy(world_size):
 def identity_worker(rank, world_size):
     # No process group at all: collectives are identities.
     x = np.array([1.0, 2.0, 3.0])
-    return (all_reduce(x).tolist(), [a.tolist() for a in all_gather(x)], broadcast(x).tolist(),
-            reduce_scatter(torch.tensor([4.0]), "average").tolist())
+    return (
+        all_reduce(x).tolist(),
+        [a.tolist() for a in all_gather(x)],
+        broadcast(x).tolist(),
+        reduce_scatter(torch.tensor([4.0]), "average").tolist(),
+    )
 
 
 def test_without_process_group_collectives_are_identities():
@@ -121,8 +125,12 @@ def test_mismatch_is_a_clear_error_on_every_rank(kind):
 def bad_input_worker(rank, world_size):
     init_process_group(backend="gloo")
     errors = []
-    for call in (lambda: reduce_scatter(torch.zeros(3)), lambda: broadcast(torch.zeros(1), src=5),
-                 lambda: all_reduce([1, 2]), lambda: all_reduce(torch.zeros(1), op="median")):
+    for call in (
+        lambda: reduce_scatter(torch.zeros(3)),
+        lambda: broadcast(torch.zeros(1), src=5),
+        lambda: all_reduce([1, 2]),
+        lambda: all_reduce(torch.zeros(1), op="median"),
+    ):
         try:
             call()
         except ValueError as exc:

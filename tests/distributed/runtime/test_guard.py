@@ -22,14 +22,42 @@ FIX = "call neural_arch.distributed.init_process_group() first"
 
 # (variables a starter sets for rank 1 of 2, the variable the message must name)
 STARTERS = {
-    "torchrun": ({"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
-                  "LOCAL_WORLD_SIZE": "2"}, "WORLD_SIZE=2"),
-    "srun": ({"SLURM_PROCID": "1", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7",
-              "SLURM_JOB_NODELIST": "cn1", "SLURM_LOCALID": "1", "SLURM_TASKS_PER_NODE": "2"}, "SLURM_NTASKS=2"),
-    "srun_nprocs": ({"SLURM_PROCID": "1", "SLURM_STEP_ID": "0", "SLURM_NPROCS": "2", "SLURM_JOB_ID": "7",
-                     "SLURM_JOB_NODELIST": "cn1", "SLURM_TASKS_PER_NODE": "2"}, "SLURM_NPROCS=2"),
-    "openmpi": ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-                 "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, "OMPI_COMM_WORLD_SIZE=2"),
+    "torchrun": (
+        {"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+        "WORLD_SIZE=2",
+    ),
+    "srun": (
+        {
+            "SLURM_PROCID": "1",
+            "SLURM_STEP_ID": "0",
+            "SLURM_NTASKS": "2",
+            "SLURM_JOB_ID": "7",
+            "SLURM_JOB_NODELIST": "cn1",
+            "SLURM_LOCALID": "1",
+            "SLURM_TASKS_PER_NODE": "2",
+        },
+        "SLURM_NTASKS=2",
+    ),
+    "srun_nprocs": (
+        {
+            "SLURM_PROCID": "1",
+            "SLURM_STEP_ID": "0",
+            "SLURM_NPROCS": "2",
+            "SLURM_JOB_ID": "7",
+            "SLURM_JOB_NODELIST": "cn1",
+            "SLURM_TASKS_PER_NODE": "2",
+        },
+        "SLURM_NPROCS=2",
+    ),
+    "openmpi": (
+        {
+            "OMPI_COMM_WORLD_RANK": "1",
+            "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        },
+        "OMPI_COMM_WORLD_SIZE=2",
+    ),
     "mpich": ({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}, "PMI_SIZE=2"),
     "plain": ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1234"}, "WORLD_SIZE=2"),
 }
@@ -85,20 +113,34 @@ print("trained alone", flush=True)
 
 
 def summary(proc: subprocess.CompletedProcess) -> str:
-    return proc.stderr[proc.stderr.index("neural_arch launcher: job failed"):]
+    return proc.stderr[proc.stderr.index("neural_arch launcher: job failed") :]
 
 
 @pytest.mark.multiprocess
 def test_launched_script_without_init_fails_with_one_line(tmp_path):
     script = tmp_path / "forgot_init.py"
     script.write_text(SCRIPT)
-    proc = subprocess.run([sys.executable, "-m", "neural_arch.distributed.launcher", "--nproc_per_node=2",
-                           "--max_restarts=0", str(script)], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neural_arch.distributed.launcher",
+            "--nproc_per_node=2",
+            "--max_restarts=0",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "trained alone" not in out
     # The first rank to fail is in the summary; the launcher may stop the other before it gets there.
-    found = re.search(r"MissingProcessGroupError: DistributedDataParallel on rank [01]: WORLD_SIZE=2 \(set by torchrun or "
-                      r"the neural_arch launcher\) says this job has 2 ranks, .*; " + re.escape(FIX), summary(proc))
+    found = re.search(
+        r"MissingProcessGroupError: DistributedDataParallel on rank [01]: WORLD_SIZE=2 \(set by torchrun or "
+        r"the neural_arch launcher\) says this job has 2 ranks, .*; " + re.escape(FIX),
+        summary(proc),
+    )
     assert found, out

@@ -90,10 +90,24 @@ def test_teardown_while_rank0_is_busy_never_aborts(mode):
         port = free_port()
         procs = []
         for rank in range(3):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE="3", LOCAL_RANK=str(rank),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-            procs.append(subprocess.Popen([sys.executable, str(SCRIPTS / "teardown_busy.py"), mode],
-                                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            env = dict(
+                os.environ,
+                RANK=str(rank),
+                WORLD_SIZE="3",
+                LOCAL_RANK=str(rank),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS="1",
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(SCRIPTS / "teardown_busy.py"), mode],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
         outputs = [p.communicate(timeout=90)[0] for p in procs]
         for rank, (p, out) in enumerate(zip(procs, outputs)):
             assert p.returncode == 0, f"rank {rank} exited {p.returncode}:\n{out}"

@@ -34,12 +34,26 @@ nd.destroy_process_group()
 def test_rank0_names_the_rank_and_the_call_it_skipped(tmp_path):
     script = tmp_path / "skip.py"
     script.write_text(SKIP_THIRD)
-    proc = subprocess.run([sys.executable, "-m", "neural_arch.distributed.launcher", "--nproc_per_node=2",
-                           "--max_restarts=0", "--timeout=5", str(script)], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neural_arch.distributed.launcher",
+            "--nproc_per_node=2",
+            "--max_restarts=0",
+            "--timeout=5",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
     assert proc.returncode != 0
-    assert ("CollectiveFailed: rank 0 timed out in collective call #3 (all_reduce); did not arrive: rank 1 "
-            "(entered only 2 collective calls; ") in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert (
+        "CollectiveFailed: rank 0 timed out in collective call #3 (all_reduce); did not arrive: rank 1 "
+        "(entered only 2 collective calls; "
+    ) in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
 def _skip_then(rank: int, world_size: int, rank0_stays: bool) -> str:
@@ -66,8 +80,10 @@ def _skip_then(rank: int, world_size: int, rank0_stays: bool) -> str:
 
 def test_exited_early_only_when_the_peer_stopped():
     rank0, rank1 = run_ranks(_skip_then, 2, args=(True,), timeout=60)
-    assert rank0.startswith("rank 0 timed out in collective call #2 (all_reduce); did not arrive: rank 1 "
-                            "(entered only 1 collective calls; now in destroy_process_group)"), rank0
+    assert rank0.startswith(
+        "rank 0 timed out in collective call #2 (all_reduce); did not arrive: rank 1 "
+        "(entered only 1 collective calls; now in destroy_process_group)"
+    ), rank0
     assert "exited early" not in rank1 and "no peer exited: they still beat (rank 0: 2 calls" in rank1, rank1
     _, rank1 = run_ranks(_skip_then, 2, args=(False,), timeout=60)
     assert "exited early" in rank1, rank1

@@ -1,0 +1,67 @@
+"""Where a config's raw values come from: a YAML file and ``--set section.key=value`` overrides.
+
+Use (``load_config`` in config.py does this)::
+
+    raw = read_yaml(Path("configs/tiny.yaml"), Config)        # {"optim": {"lr": 0.1}, ...}
+    apply_override(raw, "training.steps=50", sections, Config)  # checked key path, YAML value
+
+Both produce the plain nested dict that ``typed_config.build`` then checks field by field;
+``root`` is the top-level dataclass (``Config``), passed in so this module needs nothing of
+config.py. Every mistake is a one-line ``ConfigError`` naming the file position or key.
+"""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import yaml
+
+from neural_arch.training.typed_config import ConfigError, names, show, unknown
+
+
+def read_yaml(path: Path, root: type) -> dict:
+    """The file's top-level mapping of sections (an empty file: all defaults)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: the top level must be a mapping of sections "
+            f"({', '.join(names(root))}), got {show(data)} ({type(data).__name__})"
+        )
+    return data
+
+
+def apply_override(raw: dict, text: str, sections: dict[str, type], root: type) -> None:
+    """Set one ``section.key=value`` into the raw nested dict; the key path is checked first."""
+    key, sep, value_text = str(text).partition("=")
+    section, dot, name = key.strip().partition(".")
+    if not (sep and dot and section and name):
+        raise ConfigError(f"malformed override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
+    if section not in sections:
+        unknown("", section, root)
+    cls = sections[section]
+    if name not in names(cls):
+        unknown(section, name, cls)
+    tp = typing.get_type_hints(cls)[name]
+    try:
+        value = yaml.safe_load(value_text) if value_text.strip() else None
+    except yaml.YAMLError:
+        value = value_text  # not YAML (e.g. "a: b: c"); the type check rejects it where wrong
+    # A str field takes the text verbatim: run.name=2024 is a name, not the int 2024 (a
+    # list or mapping still goes to a field that may also hold a list, e.g. str | list[str]).
+    if value is not None and not isinstance(value, (str, list, dict)) and str in (tp, *typing.get_args(tp)):
+        value = value_text.strip()
+    if raw.get(section) is None:
+        raw[section] = {}
+    if not isinstance(raw[section], dict):
+        raise ConfigError(f"{section}: expected a mapping, got {show(raw[section])}; cannot apply --set {key}")
+    raw[section][name] = value
