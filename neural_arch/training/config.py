@@ -92,6 +92,9 @@ class TrainingConfig:
     """Clip the global gradient norm to this value; null disables clipping."""
     val_every: int = 0
     """Validate every N steps; 0 = only at the end."""
+    val_batches: Optional[int] = None
+    """Validate on the first N global batches of the validation split only (the same samples on
+    any number of ranks, so still comparable across layouts); null = the exact full split."""
     nan_policy: Literal["stop", "skip"] = "stop"
     """On a non-finite loss: stop with an error, or skip that step on every rank."""
     timeout: float = 600.0
@@ -173,6 +176,7 @@ _RANGES: dict[str, RangeRule] = {
     "training.max_restarts": at_least(0),
     "training.grad_clip": ((lambda v: v > 0), "> 0 (or null to disable clipping)"),
     "training.val_every": at_least(0),
+    "training.val_batches": at_least(1),
     "training.timeout": POSITIVE,
     "checkpoint.every_steps": at_least(0),
     "checkpoint.keep_last": at_least(1),

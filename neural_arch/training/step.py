@@ -172,12 +172,18 @@ def _non_finite(components: TrainingComponents, local: torch.Tensor) -> None:
 
 @torch.no_grad()
 def evaluate(components: TrainingComponents) -> dict[str, float]:
-    """Exact global validation metrics: the task's sums over every rank's share, no padding."""
+    """Exact global validation metrics: the task's sums over every rank's share, no padding.
+
+    ``training.val_batches``: only the split's first that many global batches, in order (a
+    subset that does not depend on the number of ranks)."""
     task, cfg, placement = components.task, components.cfg, components.placement
     if task.val_size == 0:
         return {}
+    size = task.val_size
+    if cfg.training.val_batches is not None:
+        size = min(size, cfg.training.val_batches * cfg.training.global_batch_size)
     sampler = nd.DistributedSampler(
-        dataset_size=task.val_size,
+        dataset_size=size,
         batch_size=cfg.training.global_batch_size,
         shuffle=False,
         rank=placement.dp_rank,

@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 import neural_arch.distributed as nd
-from neural_arch.distributed.checkpoint import save_checkpoint
+from neural_arch.distributed.checkpoint import record_metric, save_checkpoint
 from neural_arch.distributed.checkpoint.layout import step_name
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config
@@ -105,8 +105,8 @@ class Trainer:
         with claimed_run_dir(cfg) as self.run_dir:
             run = self.components = build_components(cfg, self.create_data)
             resumed = resume_from(run, self.resume, self.run_dir / "checkpoints")
-            if resumed is not None and run.step >= steps:
-                return finished_run_metrics(run, self.run_dir)
+            if resumed is not None and run.step >= steps and (self.run_dir / "summary.json").exists():
+                return finished_run_metrics(run, self.run_dir)  # else it stopped after its last save: finish it
             self._open_outputs(resumed)
             with (
                 StopSignals() as stop,
@@ -126,20 +126,22 @@ class Trainer:
                     optimizer_step(run, loss_sum)
                     run.step += 1
                     self.progress.count(batch, loss_sum, time.perf_counter() - started)
-                    # ---- validate and log
                     self._record_sample_ids(batch)
-                    validation = self._validate() if _due(run.step, cfg.training.val_every) else {}
+                    # ---- save, then validate: a failure during a (possibly long) validation loses no step
+                    if _due(run.step, cfg.checkpoint.every_steps) or run.step == steps:
+                        self._save()
+                    # ---- validate (and after the last step) and log
+                    validation = {}
+                    if _due(run.step, cfg.training.val_every) or run.step == steps:
+                        validation = self._validate()
                     self._log(validation)
-                    # ---- save (the last step's checkpoint is written when the run finishes)
-                    if _due(run.step, cfg.checkpoint.every_steps) and run.step < steps:
-                        self._save(validation.get("val/loss"))
                     # ---- stop: on a signal that any rank received, at the same step on every rank
                     if self.on_step is not None:
                         self.on_step(run.step)
                     signum = stop.agreed(force=self._agree_on_stop_now())
                     if signum is not None:
                         self._stop(signum)
-            # ---- finish: final validation, last checkpoint, outputs
+            # ---- finish: the run's outputs (the last step is saved and validated by now)
             return self._finish()
 
     def _open_outputs(self, resumed: Optional[int]) -> None:
@@ -166,9 +168,12 @@ class Trainer:
             append_samples(self.run_dir, nd.get_rank(), self.components.step, list(batch))
 
     def _validate(self) -> dict[str, float]:
-        """The exact validation metrics now, remembered so the end of the run does not repeat them."""
-        metrics = evaluate(self.components)
-        self.progress.validated = (self.components.step, dict(metrics))
+        """The exact validation metrics now; a checkpoint of this step gets its metric (``best``)."""
+        run = self.components
+        metrics = evaluate(run)
+        self.progress.validated = (run.step, dict(metrics))
+        if self.progress.last_saved == run.step and "val/loss" in metrics:
+            record_metric(self.run_dir / "checkpoints", run.step, metrics["val/loss"])
         return metrics
 
     def _log(self, validation: dict[str, float]) -> None:
@@ -189,14 +194,14 @@ class Trainer:
             self.report.metrics(run.step, row)
         self.report.progress(run.step, progress.loss, progress.samples / (time.perf_counter() - progress.started))
 
-    def _save(self, metric: Optional[float]) -> None:
+    def _save(self) -> None:
+        """Commit this step's checkpoint (its metric follows once validated: ``_validate``)."""
         run = self.components
         save_checkpoint(
             self.run_dir / "checkpoints",
             run.step,
             run.checkpoint_state(),
             keep_last=self.cfg.checkpoint.keep_last,
-            metric=metric,
             shards=run.shard_state(),
         )
         self.progress.last_saved = run.step
@@ -213,7 +218,7 @@ class Trainer:
         """Save at this step (every rank agreed on the signal) and leave with ``TrainingStopped``."""
         run = self.components
         if self.progress.last_saved != run.step:
-            self._save(None)
+            self._save()
         checkpoint = self.run_dir / "checkpoints" / step_name(run.step)
         self.report.log.info("stopped by signal %d at step %d; checkpoint %s", signum, run.step, checkpoint)
         self.report.close()
@@ -221,13 +226,12 @@ class Trainer:
         raise TrainingStopped(signum, run.step, self.cfg.training.steps, str(checkpoint))
 
     def _finish(self) -> dict[str, float]:
-        """Final validation and checkpoint (every rank), then the run's outputs (rank 0)."""
+        """The final metrics (every rank), then the run's outputs (rank 0). A run resumed from
+        its last step (stopped during the final validation or report) validates here."""
         run, progress = self.components, self.progress
         train_seconds = time.perf_counter() - progress.started
         already = progress.validated is not None and progress.validated[0] == run.step
-        final = progress.validated[1] if already else evaluate(run)  # type: ignore[index]
-        if progress.last_saved != run.step:
-            self._save(final.get("val/loss"))
+        final = progress.validated[1] if already else self._validate()  # type: ignore[index]
         times = progress.step_times
         mean_max = torch.tensor([sum(times) / max(len(times), 1), max(times, default=0.0)], dtype=torch.float64)
         per_rank = [(float(a), float(b)) for a, b in nd.all_gather(mean_max)]

@@ -2,7 +2,8 @@
 
 MODE ``none``: no fault. ``kill``: rank 1 SIGKILLs itself right after finishing step STEP.
 ``ckpt``: rank 0 SIGKILLs itself half-way through writing the checkpoint of step STEP (the
-state file is half written, the manifest not yet). Faults fire only when
+state file is half written, the manifest not yet). ``val``: rank 1 SIGKILLs itself as the
+validation after step STEP begins. Faults fire only when
 TORCHELASTIC_RESTART_COUNT is 0, so the restarted group runs clean. ARGS are
 ``neural-arch train`` arguments (--config, --set, --resume).
 """
@@ -14,10 +15,10 @@ import sys
 import torch
 
 import neural_arch.distributed.checkpoint.replicated as checkpoint
+import neural_arch.training.trainer as trainer_module
 from neural_arch.cli.train import build_parser
 from neural_arch.distributed import get_rank
 from neural_arch.training.config import load_config
-from neural_arch.training.trainer import train
 
 mode, fault_step, args = sys.argv[1], int(sys.argv[2]), build_parser().parse_args(sys.argv[3:])
 first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
@@ -42,6 +43,18 @@ def half_then_die(obj, f, *a, **k):
     return real_save(obj, f, *a, **k)
 
 
+real_evaluate = trainer_module.evaluate
+
+
+def die_in_validation(components):
+    """Rank 1 dies as the validation after step STEP starts: its peers wait in its collective."""
+    if first_attempt and get_rank() == 1 and components.step == fault_step:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_evaluate(components)
+
+
 if mode == "ckpt":
     checkpoint.torch.save = half_then_die
-train(load_config(args.config, args.overrides), resume=args.resume, on_step=kill_after)
+if mode == "val":
+    trainer_module.evaluate = die_in_validation
+trainer_module.train(load_config(args.config, args.overrides), resume=args.resume, on_step=kill_after)

@@ -18,7 +18,12 @@ through ``neural_arch.utils.atomic``.
 
 from neural_arch.distributed.checkpoint.errors import CheckpointError, UnsafeCheckpoint
 from neural_arch.distributed.checkpoint.layout import CheckpointInfo
-from neural_arch.distributed.checkpoint.replicated import list_checkpoints, load_checkpoint, save_checkpoint
+from neural_arch.distributed.checkpoint.replicated import (
+    list_checkpoints,
+    load_checkpoint,
+    record_metric,
+    save_checkpoint,
+)
 from neural_arch.distributed.checkpoint.sharded import load_sharded, save_sharded
 from neural_arch.distributed.checkpoint.shards import has_shards, load_shards, read_whole_shards, with_whole_model
 
@@ -31,6 +36,7 @@ __all__ = [
     "load_sharded",
     "load_shards",
     "read_whole_shards",
+    "record_metric",
     "save_checkpoint",
     "save_sharded",
     "UnsafeCheckpoint",

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from neural_arch.distributed.checkpoint.errors import DamagedCheckpoint
-from neural_arch.utils.atomic import TMP_PREFIX, commit_symlink, delete_atomically, sha256, write_file
+from neural_arch.utils.atomic import TMP_PREFIX, commit_file, commit_symlink, delete_atomically, sha256, write_file
 
 FORMAT = 1
 STATE_FILE = "state.pt"
@@ -70,6 +70,15 @@ def write_manifest(step_dir: Path, step: int, metric: Optional[float]) -> None:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     write_file(step_dir / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
+
+
+def set_manifest_metric(step_dir: Path, metric: Optional[float]) -> None:
+    """Give a finished step directory its metric (known only after it was saved). The manifest
+    is replaced whole (old or new bytes, never half); it does not list itself, so the files it
+    describes still verify."""
+    manifest = read_manifest(step_dir)
+    manifest["metric"] = metric
+    commit_file(step_dir / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
 
 
 def verified_manifest(step_dir: Path) -> dict[str, Any]:

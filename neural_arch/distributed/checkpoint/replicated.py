@@ -35,6 +35,7 @@ from neural_arch.distributed.checkpoint.layout import (
     previous_note,
     prune,
     read_manifest,
+    set_manifest_metric,
     step_dirs,
     step_name,
     update_pointers,
@@ -49,7 +50,7 @@ from neural_arch.distributed.checkpoint.untrusted import read_dcp_metadata, safe
 from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.utils.atomic import commit_dir, fsync_dir, make_tmp_dir, remove, write_file
 
-__all__ = ["list_checkpoints", "load_checkpoint", "save_checkpoint"]
+__all__ = ["list_checkpoints", "load_checkpoint", "record_metric", "save_checkpoint"]
 
 
 def save_checkpoint(
@@ -92,6 +93,28 @@ def save_checkpoint(
     if info is not None:
         checkpoint_saved(info.path)
     return info
+
+
+def record_metric(directory: PathLike, step: int, metric: float, *, lower_is_better: bool = True) -> None:
+    """Set the metric of the already saved step ``step`` and move ``best`` if it is now the best.
+
+    For a checkpoint saved before its metric was known (the trainer commits the last step,
+    then validates it, so a failure during validation loses no training). Call on every rank
+    with the same values; rank 0 writes, and every rank raises the same ``CheckpointError`` if
+    the step directory is missing or damaged. The checkpoint's files are not touched.
+    """
+    require_process_group("record_metric")
+    where = Path(directory)
+
+    def write() -> None:
+        step_dir = where / step_name(step)
+        try:
+            set_manifest_metric(step_dir, float(metric))
+        except DamagedCheckpoint as exc:
+            raise CheckpointError(f"cannot record the metric of checkpoint {step_dir}: {exc}") from None
+        update_pointers(where, step_dir.name, float(metric), lower_is_better)
+
+    on_rank0(write, f"could not record the metric of checkpoint step {step} in {where}")
 
 
 def load_checkpoint(
