@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
+import torch
 import yaml
 
 from neural_arch.distributed.data_parallel.compression import Compression
@@ -239,6 +240,11 @@ def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
         raise ConfigError(
             f"ddp.compression={cfg.ddp.compression} with a parallel: layout: compression applies to plain "
             "DDP's gradient all-reduce only; set ddp.compression=none or leave parallel: at its defaults"
+        )
+    if cfg.parallel.cpu_offload and not torch.cuda.is_available():
+        raise ConfigError(
+            "parallel.cpu_offload=true moves FSDP's shards to host memory on a CUDA run, but this machine has "
+            "no CUDA device (on the CPU they are in host memory already); set parallel.cpu_offload=false"
         )
     if cfg.training.compile and layout_active(cfg.parallel):
         raise ConfigError(

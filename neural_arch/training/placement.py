@@ -49,8 +49,15 @@ class Placement:
     """Pipelines: parameter name -> index in the full model (the checkpoint's optimizer keys)."""
 
     def no_sync(self) -> ContextManager[Any]:
-        """Skip the gradient reduction of an accumulation micro-batch (DDP); sharded layouts reduce each one."""
-        return self.model.no_sync() if isinstance(self.model, nd.DistributedDataParallel) else contextlib.nullcontext()
+        """Skip the gradient reduction of an accumulation micro-batch: DDP's ``no_sync``, or FSDP's
+        reduce-scatter (``without_gradient_sync``); the next backward outside reduces the sum once."""
+        if isinstance(self.model, nd.DistributedDataParallel):
+            return self.model.no_sync()
+        if not self.sharded:
+            return contextlib.nullcontext()
+        from neural_arch.distributed.parallel import without_gradient_sync  # DTensor: sharded layouts only
+
+        return without_gradient_sync(self.model)
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The full model state (on rank 0 for sharded layouts: the others get an empty dict)."""

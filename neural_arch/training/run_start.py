@@ -56,6 +56,12 @@ def build_components(cfg: Config, create_data: bool) -> TrainingComponents:
     """Check the config against the world that started, create the data if asked, seed, build."""
     validate_config(cfg, world_size=nd.get_world_size())  # torchrun/srun may start a world the config did not name
     device = torch.device("cuda", torch.cuda.current_device()) if nd.get_backend() == "nccl" else torch.device("cpu")
+    if cfg.parallel.cpu_offload and device.type != "cuda":
+        raise ConfigError(
+            f"parallel.cpu_offload=true moves FSDP's shards to host memory on a CUDA run, but this run computes "
+            f"on the CPU (backend {nd.get_backend()}), where they are in host memory already; set "
+            "parallel.cpu_offload=false"
+        )
     task = task_class(cfg.run.task)
     if create_data and _data_missing_on_rank_0(task, cfg):
         task.create_data(cfg)  # collective: every rank writes its share

@@ -45,6 +45,7 @@ def reference(corpus, tmp_path_factory) -> Path:
     "layout",
     [
         ["parallel.dp_shard=2"],  # FSDP2 (ZeRO-3)
+        ["parallel.dp_shard=2", "training.grad_accum_steps=3"],  # one reduce-scatter per step, not per micro-batch
         ["parallel.tp=2"],  # tensor parallel: heads split
         ["parallel.dp_shard=2", "parallel.activation_checkpointing=1", "parallel.reshard_after_forward=false"],
         ["parallel.dp_shard=2", "parallel.tp=2"],  # 2-D: FSDP over tensor-parallel shards, 4 ranks
@@ -53,7 +54,17 @@ def reference(corpus, tmp_path_factory) -> Path:
         [*PIPE, "parallel.pp_schedule=1f1b"],
         [*PIPE, "parallel.dp_shard=2"],  # 2 pipelines of 2 stages, FSDP across, 4 ranks
     ],
-    ids=["fsdp2", "tp2", "fsdp2+checkpointing", "fsdp2+tp2", "hsdp2x2", "pp2-gpipe", "pp2-1f1b", "pp2+fsdp2"],
+    ids=[
+        "fsdp2",
+        "fsdp2+accum3",
+        "tp2",
+        "fsdp2+checkpointing",
+        "fsdp2+tp2",
+        "hsdp2x2",
+        "pp2-gpipe",
+        "pp2-1f1b",
+        "pp2+fsdp2",
+    ],
 )
 def test_layout_equals_one_process(corpus, reference, tmp_path, layout):
     sizes = {"parallel.tp=2": 2, "parallel.dp_shard=2": 2, "parallel.dp_replicate=2": 2, "parallel.pp=2": 2}

@@ -24,7 +24,7 @@ import importlib
 _WHERE = {
     **dict.fromkeys(("apply_activation_checkpointing",), "activation"),
     **dict.fromkeys(("dcp_restore", "dcp_savable"), "checkpoint_layout"),
-    **dict.fromkeys(("apply_fsdp", "fsdp_mesh", "mixed_precision", "needs_fsdp"), "fsdp"),
+    **dict.fromkeys(("apply_fsdp", "fsdp_mesh", "mixed_precision", "needs_fsdp", "without_gradient_sync"), "fsdp"),
     **dict.fromkeys(
         ("DTYPES", "PP_SCHEDULES", "ParallelLayout", "layout_from_dict", "validate", "validate_model"), "layout"
     ),
@@ -89,4 +89,5 @@ __all__ = [
     "stage_view",
     "validate",
     "validate_model",
+    "without_gradient_sync",
 ]

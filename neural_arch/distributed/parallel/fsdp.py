@@ -13,16 +13,21 @@ has size 1, so every rank keeps whole parameters and gradients are all-reduced (
 semantics through the same code). The reduction averages over all of them, which
 ``data_parallel_loss`` accounts for. A weight split by ``FusedColwiseParallel`` is sharded
 along dim 1 (``shard_dim``); its size there must divide by ``dp_shard``.
+
+Gradient accumulation: ``with without_gradient_sync(model):`` around all but the last
+micro-batch keeps their gradients unsharded and local; the last backward reduce-scatters
+the sum once (FSDP2's ``set_requires_gradient_sync``), as DDP's ``no_sync`` does.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+import contextlib
+from typing import Iterable, Iterator, Optional
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
 
@@ -58,12 +63,31 @@ def apply_fsdp(
     forward; the root is never resharded after forward, since backward starts with it.
     """
     reshard = layout.reshard_after_forward if reshard_after_forward is None else reshard_after_forward
-    dp = fsdp_mesh(mesh, layout)
-    policy = mixed_precision(layout)
+    common = dict(
+        mesh=fsdp_mesh(mesh, layout),
+        mp_policy=mixed_precision(layout),
+        offload_policy=CPUOffloadPolicy() if layout.cpu_offload else OffloadPolicy(),
+        shard_placement_fn=shard_dim,
+    )
     for block in blocks:
-        fully_shard(block, mesh=dp, reshard_after_forward=reshard, mp_policy=policy, shard_placement_fn=shard_dim)
-    fully_shard(model, mesh=dp, reshard_after_forward=False, mp_policy=policy, shard_placement_fn=shard_dim)
+        fully_shard(block, reshard_after_forward=reshard, **common)
+    fully_shard(model, reshard_after_forward=False, **common)
     return model
+
+
+@contextlib.contextmanager
+def without_gradient_sync(model: nn.Module) -> Iterator[None]:
+    """Backwards inside accumulate unsharded gradients locally: no reduce-scatter (or HSDP
+    all-reduce) until the first backward after the block. ``model``: the FSDP root; a model
+    without FSDP passes through untouched."""
+    if not isinstance(model, FSDPModule):
+        yield
+        return
+    model.set_requires_gradient_sync(False)  # recurse: every FSDP group below the root
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
 
 
 def shard_dim(param: nn.Parameter) -> Optional[Shard]:

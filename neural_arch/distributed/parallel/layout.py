@@ -60,6 +60,9 @@ class ParallelLayout:
     """FSDP dtype of the gradient reduction; None: the parameters' dtype."""
     reshard_after_forward: bool = True
     """FSDP frees the gathered parameters after each forward (ZeRO-3); False keeps them to backward."""
+    cpu_offload: bool = False
+    """CUDA runs: FSDP keeps the sharded parameters, gradients and optimizer state in host memory
+    (FSDP2's ``CPUOffloadPolicy``; the optimizer steps on the CPU). Needs dp_shard or dp_replicate > 1."""
 
     def __post_init__(self) -> None:
         # Resolved here, once, so every reader (the schedule, the batch checks, the trainer)
@@ -98,6 +101,7 @@ def validate(layout: ParallelLayout, world_size: int) -> ParallelLayout:
         if value is not None:
             _check_choice(key, value, tuple(DTYPES))
     _check_sequence_parallel(layout)
+    _check_cpu_offload(layout)
     if layout.world_size != world_size:
         raise ValueError(
             f"parallel: dp_replicate*dp_shard*tp*pp = {layout.dp_replicate}*{layout.dp_shard}*{layout.tp}*{layout.pp}"
@@ -154,6 +158,16 @@ def _check_sequence_parallel(layout: ParallelLayout) -> None:
         raise ValueError(
             "parallel.sequence_parallel=true splits the sequence over tensor-parallel ranks but tp=1; "
             "set tp >= 2 or sequence_parallel=false"
+        )
+
+
+def _check_cpu_offload(layout: ParallelLayout) -> None:
+    if not isinstance(layout.cpu_offload, bool):
+        raise ValueError(f"parallel.cpu_offload={layout.cpu_offload!r} must be true or false")
+    if layout.cpu_offload and layout.dp_size == 1:
+        raise ValueError(
+            "parallel.cpu_offload=true offloads FSDP's shards, but no rank shards or replicates "
+            "(dp_shard = dp_replicate = 1); set parallel.dp_shard > 1 or cpu_offload=false"
         )
 
 
