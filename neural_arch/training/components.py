@@ -62,10 +62,17 @@ class TrainingComponents:
         """The model the training step calls."""
         return self.placement.model
 
+    @property
+    def sharded_checkpoints(self) -> bool:
+        """Whether checkpoints hold every rank's own shards (``checkpoint.format``; ``auto``: any
+        ``parallel:`` layout) rather than the gathered single-process state."""
+        chosen = self.cfg.checkpoint.format
+        return chosen == "sharded" or (chosen == "auto" and self.placement.sharded)
+
     def checkpoint_state(self) -> dict[str, Any]:
         """Checkpoint content (call on every rank: it gathers every rank's RNG state). With
         ``checkpoint.format: sharded`` the model and optimizer are left out: ``shard_state()``."""
-        sharded = self.cfg.checkpoint.format == "sharded"
+        sharded = self.sharded_checkpoints
         weights = (
             {"shards": True}
             if sharded
@@ -90,9 +97,15 @@ class TrainingComponents:
 
     def shard_state(self) -> Optional[dict[str, Any]]:
         """This rank's shards of the model and optimizer for a sharded checkpoint; None for a full one."""
-        if self.cfg.checkpoint.format != "sharded":
+        if not self.sharded_checkpoints:
             return None
         return self.placement.shard_state(self.optimizer)
+
+    def release_training_state(self) -> None:
+        """Drop the gradients and the optimizer's state: once the last checkpoint is committed they
+        are not needed, and the report's whole model then fits in the memory training used."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.state.clear()
 
     def restore(self, state: dict[str, Any], seed: int, step_dir: Optional[Path] = None) -> None:
         """Continue from ``checkpoint_state()`` of a run on any number of ranks (``step_dir``:

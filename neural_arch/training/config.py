@@ -116,10 +116,12 @@ class CheckpointConfig:
     """Checkpoints kept on disk (older ones are deleted after a successful save)."""
     resume: str = "auto"
     """``auto`` (newest in run.dir if any), ``none`` (start fresh) or a checkpoint path."""
-    format: str = "full"
-    """``full``: rank 0 writes the whole single-process state (gathered from any layout);
-    ``sharded``: every rank writes its own shards with DCP (nothing gathered; for models too
-    large for one process). Both resume on any layout; export and generate read both."""
+    format: str = "auto"
+    """``sharded``: every rank writes its own shards with DCP (nothing is gathered, so a model too
+    large for one process saves as fast as its ranks write); ``full``: rank 0 writes the whole
+    single-process state, gathered from any layout (one file to hand over). ``auto``: sharded for
+    a ``parallel:`` layout, full for plain data parallelism (every rank holds everything anyway).
+    Both resume on any layout; export, generate and ``load_checkpoint`` read both."""
     requeue_on_stop: bool = False
     """Under SLURM: after a stop signal (e.g. ``--signal=USR1@120`` before the time limit) has been
     saved, rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` so the job queues again and resumes."""
@@ -182,7 +184,7 @@ _RANGES: dict[str, RangeRule] = {
     "checkpoint.every_steps": at_least(0),
     "checkpoint.keep_last": at_least(1),
     "checkpoint.resume": ((lambda v: v != ""), "'auto', 'none' or a checkpoint path"),
-    "checkpoint.format": ((lambda v: v in ("full", "sharded")), "'full' or 'sharded'"),
+    "checkpoint.format": ((lambda v: v in ("auto", "full", "sharded")), "'auto', 'full' or 'sharded'"),
     "logging.every_steps": at_least(1),
     "ddp.powersgd_rank": at_least(1),
     "ddp.bucket_mb": POSITIVE,

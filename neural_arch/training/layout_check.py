@@ -51,11 +51,6 @@ def _check_pipeline(layout: ParallelLayout, task: type[Task], cfg: Any) -> None:
             f"training.grad_accum_steps={cfg.training.grad_accum_steps} with parallel.pp={layout.pp}: "
             "a pipeline already accumulates over parallel.microbatches; set grad_accum_steps=1"
         )
-    if cfg.checkpoint.format == "sharded":
-        raise ConfigError(
-            f"checkpoint.format=sharded with parallel.pp={layout.pp} is not supported yet (the stages "
-            "hold a tied matrix under two names); use checkpoint.format=full"
-        )
     if cfg.training.precision == "fp16":
         raise ConfigError(
             f"training.precision=fp16 with parallel.pp={layout.pp}: the fp16 loss scaler cannot "

@@ -11,6 +11,10 @@ shards, and the pipeline ranks send their parts to pipeline rank 0. Optimizer st
 keyed by parameter index in the full model's order, as ``optimizer.state_dict()`` of one
 process: a tied parameter held by two stages (``embed.weight`` / ``head.weight``) has one
 index, and its two copies hold the same state (they take identical steps).
+
+Sharded checkpoints (``pipeline_shard_state`` / ``load_pipeline_shards``): each rank's stages
+are saved by name with DCP; the optimizer state of a tied copy is saved under the name one
+process gives it (``embed.weight`` for the head's copy too), so the shards load on any layout.
 """
 
 from __future__ import annotations
@@ -90,6 +94,35 @@ def load_pipeline_state(
     state = {name: optim_state["state"][indices[name]] for name in ordered if indices[name] in optim_state["state"]}
     group = {**optim_state["param_groups"][0], "params": ordered}
     set_optimizer_state_dict(view, optimizer, {"state": state, "param_groups": [group]}, options=_EVERY_RANK)
+
+
+def pipeline_shard_state(view: nn.Module, optimizer: torch.optim.Optimizer, indices: dict[str, int]) -> dict[str, Any]:
+    """This rank's stages and their optimizer state, by the single-process names, for DCP."""
+    _reshard(view)
+    optim = get_optimizer_state_dict(view, optimizer)
+    return {"model": get_model_state_dict(view), "optim": _renamed(optim, _canonical(indices))}
+
+
+def load_pipeline_shards(
+    view: nn.Module, optimizer: torch.optim.Optimizer, indices: dict[str, int], loaded: dict[str, Any]
+) -> None:
+    """Set what ``pipeline_shard_state`` described, after DCP filled it, into the stages and optimizer."""
+    canonical = _canonical(indices)
+    back = {canonical[name]: name for name, _ in view.named_parameters()}
+    set_model_state_dict(view, loaded["model"])
+    set_optimizer_state_dict(view, optimizer, _renamed(loaded["optim"], back))
+
+
+def _canonical(indices: dict[str, int]) -> dict[str, str]:
+    """Every parameter name -> the first name of its tensor in the full model (one process's name)."""
+    first: dict[int, str] = {}
+    return {name: first.setdefault(index, name) for name, index in indices.items()}
+
+
+def _renamed(optim: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """An FQN-keyed optimizer state dict with its parameter names mapped through ``names``."""
+    groups = [{**group, "params": [names.get(p, p) for p in group["params"]]} for group in optim["param_groups"]]
+    return {"state": {names.get(k, k): v for k, v in optim["state"].items()}, "param_groups": groups}
 
 
 def _reshard(view: nn.Module) -> None:

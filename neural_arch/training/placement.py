@@ -108,6 +108,10 @@ class Placement:
 
         from neural_arch.distributed.parallel import dcp_savable
 
+        if self.pipeline is not None:
+            from neural_arch.training.pipeline_state import pipeline_shard_state
+
+            return dcp_savable(pipeline_shard_state(self.model, optimizer, self.indices or {}))
         return dcp_savable(
             {"model": get_model_state_dict(self.plain), "optim": get_optimizer_state_dict(self.plain, optimizer)}
         )
@@ -122,6 +126,11 @@ class Placement:
         target = self.shard_state(optimizer)  # allocated in this run's layout: DCP fills it in place
         load_shards(step_dir, target)
         loaded = dcp_restore(target)
+        if self.pipeline is not None:
+            from neural_arch.training.pipeline_state import load_pipeline_shards
+
+            load_pipeline_shards(self.model, optimizer, self.indices or {}, loaded)
+            return
         set_model_state_dict(self.plain, loaded["model"])
         set_optimizer_state_dict(self.plain, optimizer, loaded["optim"])
 
@@ -137,15 +146,21 @@ class Placement:
         return self.model.load_compression_state(state)
 
     def whole_model(self, task: Task) -> nn.Module:
-        """The unsharded model for rank 0's report (call on every rank: a sharded layout gathers it)."""
+        """The unsharded model for rank 0's report (call on every rank: a sharded layout gathers it,
+        one parameter at a time, straight into rank 0's copy: the whole model is held once)."""
         if not self.sharded:
             return self.plain
-        state = self.model_state()
-        if nd.get_rank() != 0:
-            return self.plain  # not used: only rank 0 writes the report
-        whole = task.build_model()
-        whole.load_state_dict(state)
-        return whole
+        if self.pipeline is not None:
+            state = self.model_state()
+            whole = task.build_model() if nd.get_rank() == 0 else self.plain
+            if nd.get_rank() == 0:
+                whole.load_state_dict(state)
+            return whole
+        from neural_arch.distributed.parallel import gather_into
+
+        whole = task.build_model() if nd.get_rank() == 0 else None
+        gather_into(self.plain, whole)
+        return whole if whole is not None else self.plain  # only rank 0 writes the report
 
     def norm_parameters(self) -> list[nn.Parameter]:
         """The parameters whose gradients make up the gradient norm here (pipelines: each tied

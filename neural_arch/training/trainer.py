@@ -238,6 +238,7 @@ class Trainer:
         if final and not already:  # the last step's row holds them already
             self.report.metrics(run.step, final)
         self.report.close()
+        run.release_training_state()  # saved already; frees room for the report's whole model
         whole = run.placement.whole_model(run.task)  # collective for sharded layouts
         if nd.get_rank() == 0:
             throughput = {

@@ -41,7 +41,7 @@ VALID = {
     "training.nan_policy": st.sampled_from(["stop", "skip"]),
     "checkpoint.every_steps": st.integers(0, 1000),
     "checkpoint.keep_last": st.integers(1, 20),
-    "checkpoint.format": st.sampled_from(["full", "sharded"]),
+    "checkpoint.format": st.sampled_from(["auto", "full", "sharded"]),
     "logging.every_steps": st.integers(1, 100),
     "logging.progress": st.booleans(),
     "logging.record_samples": st.booleans(),

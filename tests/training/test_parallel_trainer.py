@@ -112,8 +112,7 @@ def test_saved_on_one_process_resumes_on_an_interleaved_pipeline(corpus, tmp_pat
         (["parallel.tp=2", "parallel.dp_shard=2"], "= 4 but the world has 2 processes"),
         (["parallel.pp=2", "parallel.microbatches=4"], "not divisible by parallel dp_size 1 x parallel.microbatches 4"),
         ([*PIPE, "training.grad_accum_steps=2"], "a pipeline already accumulates over parallel.microbatches"),
-        ([*PIPE, "checkpoint.format=sharded"], "checkpoint.format=sharded with parallel.pp=2 is not supported yet"),
-        (["parallel.pp=2"], "microbatches=1 is less than pp=2"),
+        (["parallel.pp=2", "parallel.microbatches=1"], "microbatches=1 is less than pp=2"),
         (["parallel.tp=2", "model.n_heads=1"], "does not divide the model's 1 attention heads"),
         (["parallel.tp=2", "regression"], "run.task='regression' has none"),  # an app without a plan
     ],
@@ -168,3 +167,19 @@ def test_saved_on_fsdp_resumes_on_tensor_parallel_and_on_one_process(corpus, ref
     shard.write_bytes(shard.read_bytes()[:-1] + b"x")
     with pytest.raises(CheckpointError, match="does not match the sha256"):
         load_checkpoint(kept)
+
+
+@pytest.mark.timeout(600)
+def test_pipeline_shards_resume_on_one_process_and_back(corpus, reference, tmp_path):
+    """A pipeline saves sharded checkpoints by default (each stage rank writes its own; the head's
+    tied copy of the embedding keeps one process's optimizer name): resumed at step 5 on 1 process;
+    and one process's sharded step 5 resumed on the pipeline. Both end as the uninterrupted run."""
+    piped, single = tmp_path / "piped", tmp_path / "single"
+    train(piped, corpus, 5, "--set", *PIPE, procs=2)
+    assert (piped / "checkpoints" / "step_00000005" / "shards" / ".metadata").is_file()
+    train(piped, corpus, 10, procs=1)
+    train(single, corpus, 5, "--set", "checkpoint.format=sharded", procs=1)
+    train(single, corpus, 10, "--set", *PIPE, procs=2)
+    for resumed in (piped, single):
+        assert "resumed from step 5" in (resumed / "logs" / "rank_0.log").read_text()
+        assert_resumed_exactly(resumed, reference)

@@ -23,7 +23,7 @@ import importlib
 
 _WHERE = {
     **dict.fromkeys(("apply_activation_checkpointing",), "activation"),
-    **dict.fromkeys(("dcp_restore", "dcp_savable"), "checkpoint_layout"),
+    **dict.fromkeys(("dcp_restore", "dcp_savable", "gather_into"), "checkpoint_layout"),
     **dict.fromkeys(("apply_fsdp", "fsdp_mesh", "mixed_precision", "needs_fsdp", "without_gradient_sync"), "fsdp"),
     **dict.fromkeys(
         ("DTYPES", "PP_SCHEDULES", "ParallelLayout", "layout_from_dict", "validate", "validate_model"), "layout"
@@ -74,6 +74,7 @@ __all__ = [
     "data_parallel_loss",
     "dcp_restore",
     "dcp_savable",
+    "gather_into",
     "dp_mesh",
     "dp_rank",
     "dp_size",

@@ -22,8 +22,11 @@ layout locally, without communication. Everything else passes through untouched.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
+import torch
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
 from torch.utils._pytree import tree_map
@@ -46,6 +49,23 @@ def _scattered(t: Any) -> list[int]:
         for i, p in enumerate(ps)
         if isinstance(p, _StridedShard) and not any(type(q) is Shard and q.dim == p.dim for q in ps[i + 1 :])
     ]
+
+
+def gather_into(sharded: nn.Module, whole: Optional[nn.Module]) -> None:
+    """Copy every parameter and buffer of ``sharded`` (FSDP/tensor-parallel DTensors or plain
+    tensors) into the same names of ``whole``, one tensor at a time: the full tensor exists only
+    while it is copied. Call on every rank (each DTensor is gathered collectively); ``whole``
+    is the single-process model on the rank that wants it, None elsewhere."""
+    for module in sharded.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()  # after an evaluation forward the root may still hold gathered parameters
+    targets = dict(whole.named_parameters()) | dict(whole.named_buffers()) if whole is not None else {}
+    sources = list(sharded.named_parameters()) + list(sharded.named_buffers())
+    with torch.no_grad():
+        for name, tensor in sources:
+            full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor.detach()
+            if name in targets:
+                targets[name].copy_(full.to(targets[name].device))
 
 
 def dcp_savable(state: Any) -> Any:
