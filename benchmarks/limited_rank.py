@@ -1,12 +1,9 @@
-"""One training rank inside its own memory cgroup: ``limited_rank.py LIMIT_BYTES OUT_DIR TAG TRAIN_ARGS...``.
+"""A training rank that reports its memory: ``limited_rank.py LIMIT_BYTES OUT_DIR TAG TRAIN_ARGS...``.
 
-Run by benchmarks/memory_limit.py under the launcher (``--nproc_per_node=2``), never by hand.
-The process creates ``/sys/fs/cgroup/memory/neural_arch_<TAG>_rank<R>`` (cgroup v1) with a hard
-``memory.limit_in_bytes``, moves itself (and the charges of what it already allocated) into
-it, then trains like ``neural-arch train TRAIN_ARGS``. Whatever the rank allocates from then
-on counts against its own limit alone: exceeding it is an OOM kill of this rank. On the way
-out it writes ``OUT_DIR/rank_<R>.json``: its peak resident memory (``VmHWM``) and the
-cgroup's peak usage.
+Started by benchmarks/limited_rank.sh, which has already put this process in its own memory
+cgroup (``/sys/fs/cgroup/memory/neural_arch_<TAG>_rank<R>``, hard limit LIMIT_BYTES). Trains like
+``neural-arch train TRAIN_ARGS``; on the way out (not when the limit kills it) writes
+``OUT_DIR/rank_<R>.json``: its peak resident memory (``VmHWM``) and the cgroup's peak usage.
 """
 
 from __future__ import annotations
@@ -28,16 +25,6 @@ def cgroup_path(tag: str, rank: int) -> Path:
     return CGROUP_ROOT / f"neural_arch_{tag}_rank{rank}"
 
 
-def join_cgroup(limit: int, tag: str, rank: int) -> Path:
-    """A fresh memory cgroup for this rank with ``limit`` bytes; this process moved into it."""
-    group = cgroup_path(tag, rank)
-    group.mkdir(exist_ok=True)
-    (group / "memory.move_charge_at_immigrate").write_text("3")  # bring the pages already touched
-    (group / "memory.limit_in_bytes").write_text(str(limit))
-    (group / "cgroup.procs").write_text(str(os.getpid()))
-    return group
-
-
 def peak_rss() -> int:
     """This process's peak resident set size (``VmHWM``), bytes."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -47,9 +34,9 @@ def peak_rss() -> int:
 
 
 def main() -> None:
-    limit, out, tag = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    out, tag = Path(sys.argv[2]), sys.argv[3]
     rank = int(os.environ["RANK"])
-    group = join_cgroup(limit, tag, rank)
+    group = cgroup_path(tag, rank)
     args = build_parser().parse_args(sys.argv[4:])
     outcome = "failed"
     try:

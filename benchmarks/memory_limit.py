@@ -1,12 +1,12 @@
 """A GPT whose training state does not fit one rank's memory limit trains on FSDP x2, not on DDP x2.
 
-Run (as root, cgroup v1): ``.venv/bin/python benchmarks/memory_limit.py [--limit-gib 1.4]
+Run (as root, cgroup v1): ``.venv/bin/python benchmarks/memory_limit.py [--limit-gib 1.25]
 [--d-model 768 --layers 14 --steps 10]``
 
 Both jobs train the same byte-level GPT (about 99M parameters at the defaults: fp32 weights,
 gradients and AdamW's two moments make 1.58 GB of training state) for ``--steps`` steps on 2
 gloo ranks and save at the end. Every rank process runs in its own memory cgroup whose hard
-limit (``--limit-gib``) is below that full state (benchmarks/limited_rank.py). DDP keeps
+limit (``--limit-gib``) is below that full state (benchmarks/limited_rank.sh). DDP keeps
 the whole state on every rank and must be killed; FSDP x2 keeps half of it per rank and must
 finish with its checkpoint written. Prints the limit, each rank's peak resident memory
 (``VmHWM``) and the outcome; exits 1 if either outcome differs. Validation uses one global
@@ -69,7 +69,8 @@ def run_job(name: str, args: argparse.Namespace, root: Path, limit: int) -> dict
         "neural_arch.distributed.launcher",
         "--nproc_per_node=2",
         "--max_restarts=0",
-        str(HERE / "limited_rank.py"),
+        "--no-python",
+        str(HERE / "limited_rank.sh"),
         str(limit),
         str(out),
         tag,
@@ -77,7 +78,7 @@ def run_job(name: str, args: argparse.Namespace, root: Path, limit: int) -> dict
         *(["--set", *LAYOUTS[name]] if LAYOUTS[name] else []),
     ]
     started = time.monotonic()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE), PYTHON=sys.executable)
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
     seconds = time.monotonic() - started
     ranks = []
@@ -121,7 +122,7 @@ def _remove(group: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit-gib", type=float, default=1.4, help="hard memory limit of each rank process")
+    parser.add_argument("--limit-gib", type=float, default=1.25, help="hard memory limit of each rank process")
     parser.add_argument("--d-model", type=int, default=768)
     parser.add_argument("--layers", type=int, default=14)
     parser.add_argument("--steps", type=int, default=10)

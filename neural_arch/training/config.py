@@ -45,6 +45,10 @@ class RunConfig:
     task: str = "regression"
     """The application: an installed task's name (a ``neural_arch.tasks`` entry point; the default is the small
     MLP, so an empty config trains in a second) or your own as ``package.module:TaskClass``."""
+    init_from: Optional[str] = None
+    """Fine-tuning: start from the model weights of another run's newest checkpoint (a run directory,
+    its checkpoints/ or a step_* directory; any layout, full or sharded); optimizer, schedule and step
+    start anew. Used only when there is nothing to resume (a run that saved resumes from its own)."""
 
 
 @dataclass
@@ -184,6 +188,7 @@ _RANGES: dict[str, RangeRule] = {
     "checkpoint.every_steps": at_least(0),
     "checkpoint.keep_last": at_least(1),
     "checkpoint.resume": ((lambda v: v != ""), "'auto', 'none' or a checkpoint path"),
+    "run.init_from": ((lambda v: v.strip() != ""), "a checkpoint path (or null)"),
     "checkpoint.format": ((lambda v: v in ("auto", "full", "sharded")), "'auto', 'full' or 'sharded'"),
     "logging.every_steps": at_least(1),
     "ddp.powersgd_rank": at_least(1),

@@ -125,6 +125,11 @@ def _renamed(optim: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     return {"state": {names.get(k, k): v for k, v in optim["state"].items()}, "param_groups": groups}
 
 
+def reshard_stages(view: nn.Module) -> None:
+    """Put every FSDP group of this rank's stages back in shards (before reading or setting state)."""
+    _reshard(view)
+
+
 def _reshard(view: nn.Module) -> None:
     # A stage's root FSDP module keeps its parameters gathered after an evaluation forward;
     # the view bypasses that module's state-dict hooks, so put every group back in shards.

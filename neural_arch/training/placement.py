@@ -134,6 +134,34 @@ class Placement:
         set_model_state_dict(self.plain, loaded["model"])
         set_optimizer_state_dict(self.plain, optimizer, loaded["optim"])
 
+    def load_weights(self, step_dir: Path, state: dict[str, Any]) -> None:
+        """Load only the model weights of a checkpoint of any layout and format (``run.init_from``);
+        every rank. A sharded checkpoint is read shard by shard into this layout (DCP reshards)."""
+        from neural_arch.distributed.checkpoint import has_shards, load_shards
+
+        module = self.model if self.pipeline is not None else self.plain  # pipelines: this rank's stages
+        if not self.sharded:
+            if has_shards(state):
+                load_shards(step_dir, {"model": module.state_dict()})  # filled in place
+            else:
+                module.load_state_dict(state["model"])
+            return
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+        from neural_arch.distributed.parallel import dcp_restore, dcp_savable
+
+        if self.pipeline is not None:
+            from neural_arch.training.pipeline_state import reshard_stages
+
+            reshard_stages(module)
+        if has_shards(state):
+            target = dcp_savable({"model": get_model_state_dict(module)})
+            load_shards(step_dir, target)
+            set_model_state_dict(module, dcp_restore(target)["model"])
+            return
+        mine = get_model_state_dict(module).keys()  # a pipeline rank's stages hold some of the names
+        set_model_state_dict(module, {k: state["model"][k] for k in mine}, options=_full(cpu_offload=False))
+
     def compression_state(self) -> Optional[dict[str, Any]]:
         """DDP's gradient-compression state (PowerSGD's error feedback of every rank) for the checkpoint;
         None when there is none. A collective: call on every rank."""

@@ -24,10 +24,16 @@ import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint import load_checkpoint
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, validate_config
+from neural_arch.training.init_from import init_weights_from
+from neural_arch.training.layout_check import layout_active
+from neural_arch.training.malloc import return_large_frees
 from neural_arch.training.registry import task_class
 from neural_arch.training.rng import seed_rank
 from neural_arch.training.run_lock import RunDirLock
 from neural_arch.training.typed_config import ConfigError
+
+LARGE_BLOCK = 4 << 20
+"""Bytes from which a sharded layout's allocations get their own mapping (malloc.py)."""
 
 
 @contextlib.contextmanager
@@ -62,6 +68,8 @@ def build_components(cfg: Config, create_data: bool) -> TrainingComponents:
             f"on the CPU (backend {nd.get_backend()}), where they are in host memory already; set "
             "parallel.cpu_offload=false"
         )
+    if layout_active(cfg.parallel):  # gathered blocks come and go every step: return them (malloc.py)
+        return_large_frees(LARGE_BLOCK)
     task = task_class(cfg.run.task)
     if create_data and _data_missing_on_rank_0(task, cfg):
         task.create_data(cfg)  # collective: every rank writes its share
@@ -114,3 +122,10 @@ def finished_run_metrics(components: TrainingComponents, run_dir: Path) -> dict[
     summary = run_dir / "summary.json"
     values = json.loads(summary.read_text()) if summary.exists() else {}
     return {k: float(v) for k, v in values.items() if "/" in k}
+
+
+def weights_from(components: TrainingComponents, path: str) -> None:
+    """``run.init_from``: this fresh run starts from the weights of ``path``'s newest checkpoint."""
+    step = init_weights_from(components, path)
+    if nd.get_rank() == 0:
+        print(f"initialised the model from {path} (saved at its step {step}); optimizer and schedule start anew")

@@ -31,7 +31,13 @@ from neural_arch.training.config import Config, save_config
 from neural_arch.training.heap import frozen_heap
 from neural_arch.training.prefetch import Prefetcher, next_batch
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
-from neural_arch.training.run_start import build_components, claimed_run_dir, finished_run_metrics, resume_from
+from neural_arch.training.run_start import (
+    build_components,
+    claimed_run_dir,
+    finished_run_metrics,
+    resume_from,
+    weights_from,
+)
 from neural_arch.training.sample_log import append_samples, forget_samples_after
 from neural_arch.training.step import evaluate, forward_backward, optimizer_step, step_inputs
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
@@ -105,6 +111,8 @@ class Trainer:
         with claimed_run_dir(cfg) as self.run_dir:
             run = self.components = build_components(cfg, self.create_data)
             resumed = resume_from(run, self.resume, self.run_dir / "checkpoints")
+            if resumed is None and cfg.run.init_from:  # fine-tuning: another run's weights, all else anew
+                weights_from(run, cfg.run.init_from)
             if resumed is not None and run.step >= steps and (self.run_dir / "summary.json").exists():
                 return finished_run_metrics(run, self.run_dir)  # else it stopped after its last save: finish it
             self._open_outputs(resumed)
