@@ -7,12 +7,11 @@ Why: glibc serves an allocation from its heap unless it is at least the mmap thr
 it raises that threshold (up to 32 MiB) each time a mapped block is freed. FSDP gathers every
 block's parameters before its forward and frees them after, and builds and frees a block's
 gradients in backward: tens of MiB each, every step. After the first free, such blocks come
-from the heap, where freed space is kept (fragmented) instead of returned, so a 99M-parameter
-GPT on FSDP x2 grew to 2.3 GiB per rank, more than DDP's 2.0, although it holds half the state.
-A fixed threshold (setting it turns the raising off) maps every block of at least that size on
-its own and unmaps it when freed: the same run peaks at 1.3 GiB (benchmarks/README.md,
-"memory under a hard limit"). Smaller blocks, the common case of plain data parallelism,
-keep glibc's defaults. Elsewhere (another C library, no ``mallopt``) nothing changes.
+from the heap, where freed space is kept (fragmented) instead of returned, and a sharded rank's
+resident memory climbs above what a replicated rank needs although it holds a fraction of the
+state. A fixed threshold (setting it turns the raising off) maps every block of at least that
+size on its own and unmaps it when freed (benchmarks/README.md, "memory under a hard limit").
+Plain data parallelism keeps glibc's defaults. Elsewhere (another C library, no ``mallopt``) nothing changes.
 """
 
 from __future__ import annotations

@@ -77,7 +77,8 @@ def test_fine_tuning_trains_on_from_the_weights(source, tmp_path):
     """Its own step count from 1 (step 0 is the source's weights), its own checkpoints."""
     corpus, run = source
     new = tmp_path / "new"
-    args = [*gpt_args(corpus), "--set", f"run.dir={new}", f"run.init_from={run}", "training.steps=3", "logging.every_steps=1"]
+    args = [*gpt_args(corpus), "--set", f"run.dir={new}", f"run.init_from={run}"]
+    args += ["training.steps=3", "logging.every_steps=1"]
     proc = cli("train", *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"initialised the model from {run} (saved at its step 5)" in proc.stdout
