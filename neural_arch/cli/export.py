@@ -1,9 +1,10 @@
-"""``neural-arch export --checkpoint DIR --output model.ts``: TorchScript for the C++ program.
+"""``neural-arch export --checkpoint DIR --output FILE``: TorchScript for the C++ program, or safetensors.
 
 Run: ``neural-arch export --checkpoint runs/NAME --output model.ts`` then build and run
 ``cpp/`` (see cpp/README.md). The checkpoint's ``run.task`` decides what is exported
 (``Task.build_export``); the file is checked against the eager model on an example input
-before it replaces ``--output``.
+before it replaces ``--output``. ``--format safetensors`` writes the weights and the model
+settings instead (``neural_arch/export_weights.py``), for any app.
 """
 
 from __future__ import annotations
@@ -19,13 +20,25 @@ PROG = "neural-arch export"
 def main(argv: Sequence[str]) -> int:
     parser = command_parser("export", "Export a training checkpoint to TorchScript for C++ (LibTorch) inference.")
     add_checkpoint_argument(parser)
-    parser.add_argument("--output", required=True, help="TorchScript file to write, e.g. model.ts")
+    parser.add_argument("--output", required=True, help="file to write, e.g. model.ts or model.safetensors")
+    parser.add_argument(
+        "--format",
+        choices=["torchscript", "safetensors"],
+        default="torchscript",
+        help="torchscript: the module for LibTorch (default); safetensors: weights + the model settings as JSON",
+    )
     ns = parser.parse_args(argv)
 
     def export() -> int:
         from neural_arch.export import export_module
 
         state = read_checkpoint(ns.checkpoint)
+        if ns.format == "safetensors":
+            from neural_arch.export_weights import write_safetensors
+
+            write_safetensors(state, ns.output)
+            print(f"wrote {ns.output} ({len(state['model'])} tensors and the model settings)")
+            return 0
         spec = task_of(state).build_export(state)
         diff = export_module(spec.module, spec.example, ns.output, spec.atol)
         print(f"wrote {ns.output} (TorchScript vs eager max abs difference {diff:.2e})")
