@@ -201,9 +201,15 @@ class Placement:
 
 
 def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
-    """DDP over every rank, or the config's ``parallel:`` layout applied to the task's model."""
-    model = task.build_model().to(device)
+    """DDP over every rank, or the config's ``parallel:`` layout applied to the task's model.
+
+    The model is built in host memory (the same random stream as one process: bitwise the same
+    initial weights). A sharded layout moves it to ``device`` only as it shards it: FSDP moves
+    one block at a time and keeps this rank's shard, tensor parallelism distributes each weight,
+    a pipeline moves only this rank's stages; so the device never holds the whole model."""
+    model = task.build_model()
     if not layout_active(cfg.parallel):
+        model = model.to(device)
         compression = cfg.ddp if cfg.ddp.compression != "none" else None
         # Gradients as views of DDP's buckets: the averaged bucket is the gradient, with no copy
         # back (34 MB a step on an 8.5M-parameter model) and one gradient-sized buffer less. The
@@ -226,6 +232,7 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
     )
     if layout.pp == 1:
         par.parallelize_model(model, layout, mesh, type(task).parallel_plan())
+        model.to(device)  # what no plan placed (e.g. buffers); the sharded parameters are there already
         return Placement(model, model, **where)
     from neural_arch.training.pipeline_state import parameter_indices
 

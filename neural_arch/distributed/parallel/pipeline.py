@@ -92,6 +92,7 @@ def build_pipeline(
     for s in local_stages(pp_rank, layout):
         module = plan.stage(model, split[s], s == 0, s == layout.num_stages - 1)
         apply_layout(module, layout, mesh, plan, [blocks[i] for i in split[s]], split[s].start)
+        module.to(device)  # only this rank's stages reach the device (the rest stays in host memory, then goes)
         modules.append(module)
         stages.append(PipelineStage(module, s, layout.num_stages, device, group=mesh["pp"].get_group()))
     return PipelineRunner(stages, modules, layout, mesh, sample_loss, microbatch_size, tied, _schedule_factory(layout))
