@@ -126,6 +126,10 @@ class CheckpointConfig:
     single-process state, gathered from any layout (one file to hand over). ``auto``: sharded for
     a ``parallel:`` layout, full for plain data parallelism (every rank holds everything anyway).
     Both resume on any layout; export, generate and ``load_checkpoint`` read both."""
+    async_save: bool = True
+    """Write checkpoints in the background: the state is copied off the training tensors (as much
+    memory again as the state), training continues, and the step is committed when complete; at
+    most one save in flight. false: training waits while every byte is written."""
     requeue_on_stop: bool = False
     """Under SLURM: after a stop signal (e.g. ``--signal=USR1@120`` before the time limit) has been
     saved, rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` so the job queues again and resumes."""

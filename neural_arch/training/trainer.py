@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 import neural_arch.distributed as nd
-from neural_arch.distributed.checkpoint import record_metric, save_checkpoint
+from neural_arch.distributed.checkpoint import CheckpointWriter, record_metric
 from neural_arch.distributed.checkpoint.layout import step_name
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config
@@ -86,6 +86,8 @@ class Trainer:
     """One training run: its config and, once ``train()`` has set it up, everything it updates."""
 
     run_dir: Path
+    writer: CheckpointWriter
+    """Saves checkpoints (in the background with ``checkpoint.async_save``, one at a time)."""
     components: TrainingComponents
     """The task, placed model, optimizer, schedule, scaler, sampler and step count."""
     progress: RunProgress
@@ -108,7 +110,7 @@ class Trainer:
         """Set up, train to ``training.steps``, finish; the final metrics (identical on every rank)."""
         cfg, steps = self.cfg, self.cfg.training.steps
         # ---- set up: process group, locked run directory, data, model, optimizer; resume from a checkpoint
-        with claimed_run_dir(cfg) as self.run_dir:
+        with claimed_run_dir(cfg) as self.run_dir, CheckpointWriter(cfg.checkpoint.async_save) as self.writer:
             run = self.components = build_components(cfg, self.create_data)
             resumed = resume_from(run, self.resume, self.run_dir / "checkpoints")
             if resumed is None and cfg.run.init_from:  # fine-tuning: another run's weights, all else anew
@@ -181,6 +183,7 @@ class Trainer:
         metrics = evaluate(run)
         self.progress.validated = (run.step, dict(metrics))
         if self.progress.last_saved == run.step and "val/loss" in metrics:
+            self.writer.wait()  # the step must be on disk before its metric
             record_metric(self.run_dir / "checkpoints", run.step, metrics["val/loss"])
         return metrics
 
@@ -205,7 +208,7 @@ class Trainer:
     def _save(self) -> None:
         """Commit this step's checkpoint (its metric follows once validated: ``_validate``)."""
         run = self.components
-        save_checkpoint(
+        self.writer.save(
             self.run_dir / "checkpoints",
             run.step,
             run.checkpoint_state(),
@@ -227,6 +230,7 @@ class Trainer:
         run = self.components
         if self.progress.last_saved != run.step:
             self._save()
+        self.writer.wait()  # the job may be killed soon after we exit: this step must be on disk
         checkpoint = self.run_dir / "checkpoints" / step_name(run.step)
         self.report.log.info("stopped by signal %d at step %d; checkpoint %s", signum, run.step, checkpoint)
         self.report.close()
@@ -240,6 +244,7 @@ class Trainer:
         train_seconds = time.perf_counter() - progress.started
         already = progress.validated is not None and progress.validated[0] == run.step
         final = progress.validated[1] if already else self._validate()  # type: ignore[index]
+        self.writer.wait()  # the last step is committed before the outputs
         times = progress.step_times
         mean_max = torch.tensor([sum(times) / max(len(times), 1), max(times, default=0.0)], dtype=torch.float64)
         per_rank = [(float(a), float(b)) for a, b in nd.all_gather(mean_max)]

@@ -11,6 +11,7 @@ TORCHELASTIC_RESTART_COUNT is 0, so the restarted group runs clean. ARGS are
 import os
 import signal
 import sys
+import threading
 
 import torch
 
@@ -39,6 +40,7 @@ def half_then_die(obj, f, *a, **k):
         f.flush()
         f.truncate(f.tell() // 2)
         f.flush()
+        print(f"train_fault: killed while writing, in thread {threading.current_thread().name}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     return real_save(obj, f, *a, **k)
 

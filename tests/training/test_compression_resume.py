@@ -48,7 +48,9 @@ def test_killed_compressed_run_resumes_bitwise(tmp_path, name):
     assert killed.returncode == 0, killed.stdout + killed.stderr
     assert "resumed from step 4" in (run / "logs" / "rank_0.log").read_text()
     assert_params(final_params(run), final_params(ref), atol=0)
-    assert [r.get("train/loss") for r in metrics(run)][-2:] == [r.get("train/loss") for r in metrics(ref)][-2:]
+    # The last row (step 20: the interval's exact mean loss and the final validation) is the same; the row
+    # at step 10 is not compared: after a restart its interval begins at the resumed step, not at step 0.
+    assert metrics(run)[-1] == metrics(ref)[-1]
     if name == "powersgd":
         state = load_checkpoint(run / "checkpoints")[1]["compression"]  # loaded with weights_only=True
         assert state["iter"] == 20 and len(state["error"]) == 2 and len(state["layout"]) >= 2

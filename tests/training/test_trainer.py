@@ -95,7 +95,10 @@ def test_killed_rank_resumes_bitwise(tmp_path, app, reference_2_ranks, mode, ste
         mode, step, 2, *app, "--set", f"run.dir={run}", "--set", "training.steps=20", "--set", "schedule.decay=constant"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "resumed from step 4" in (run / "logs" / "rank_0.log").read_text()
+    log = (run / "logs" / "rank_0.log").read_text()
+    assert "resumed from step 4" in log
+    if mode == "ckpt":  # checkpoint.async_save (the default): the background writer died mid-write
+        assert "killed while writing, in thread checkpoint-step-8" in proc.stdout, proc.stdout
     assert_params(final_params(run), final_params(reference_2_ranks), atol=0)
 
 

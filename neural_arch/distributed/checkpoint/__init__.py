@@ -16,6 +16,7 @@ without running code from the files: allowlisting unpicklers), ``errors.py``. Ev
 through ``neural_arch.utils.atomic``.
 """
 
+from neural_arch.distributed.checkpoint.background import CheckpointWriter
 from neural_arch.distributed.checkpoint.errors import CheckpointError, UnsafeCheckpoint
 from neural_arch.distributed.checkpoint.layout import CheckpointInfo
 from neural_arch.distributed.checkpoint.replicated import (
@@ -30,6 +31,7 @@ from neural_arch.distributed.checkpoint.shards import has_shards, load_shards, r
 __all__ = [
     "CheckpointError",
     "CheckpointInfo",
+    "CheckpointWriter",
     "has_shards",
     "list_checkpoints",
     "load_checkpoint",

@@ -88,7 +88,7 @@ def save_checkpoint(
     failed = f"could not write checkpoint step {step} to {directory}"
     staged = None if shards is None else stage_shards(Path(directory), step_name(step), shards, failed)
     info = on_rank0(
-        lambda: _write_checkpoint(Path(directory), step, state, keep_last, value, lower_is_better, staged), failed
+        lambda: commit_checkpoint(Path(directory), step, state, keep_last, value, lower_is_better, staged), failed
     )
     if info is not None:
         checkpoint_saved(info.path)
@@ -173,7 +173,7 @@ def list_checkpoints(directory: PathLike) -> list[CheckpointInfo]:
     return infos
 
 
-def _write_checkpoint(
+def commit_checkpoint(
     directory: Path,
     step: int,
     state: dict[str, Any],
@@ -182,6 +182,8 @@ def _write_checkpoint(
     lower_is_better: bool,
     staged: Optional[Path] = None,
 ) -> CheckpointInfo:
+    """Rank 0's part of a save: ``state`` (and the shards already in ``staged``) committed as
+    ``directory/step_*``, pointers moved, old steps pruned; ``CheckpointError`` if it failed."""
     name = step_name(step)
     _commit_step_dir(directory, name, step, state, metric, staged)
     try:
