@@ -24,6 +24,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Optional
 
 from limited_rank import CGROUP_ROOT, cgroup_path  # benchmarks/ is on sys.path when a script here runs
 
@@ -52,6 +53,7 @@ def train_args(args: argparse.Namespace, run_dir: Path, corpus: Path) -> list[st
         "training.global_batch_size=4",
         "training.val_batches=1",
         f"checkpoint.every_steps={args.steps}",
+        "checkpoint.async_save=false",  # its copy of the state is memory this limit does not have
         "optim.name=adamw",
         "logging.progress=false",
         "logging.tensorboard=false",
@@ -59,15 +61,19 @@ def train_args(args: argparse.Namespace, run_dir: Path, corpus: Path) -> list[st
     return ["--set", *settings]
 
 
-def run_job(name: str, args: argparse.Namespace, root: Path, limit: int) -> dict:
-    """One 2-rank job under the launcher, each rank in its own cgroup; its ranks' records and outcome."""
+def run_job(
+    name: str, args: argparse.Namespace, root: Path, limit: int, layout: Optional[list[str]] = None, ranks: int = 2
+) -> dict:
+    """One job of ``ranks`` processes under the launcher (``layout``: its ``--set`` values; default
+    ``LAYOUTS[name]``), each rank in its own cgroup; its ranks' records and outcome."""
+    layout = LAYOUTS[name] if layout is None else layout
     tag, out = uuid.uuid4().hex[:8], root / f"out_{len(name)}_{uuid.uuid4().hex[:4]}"
     run_dir = root / name.replace(" ", "_")
     command = [
         sys.executable,
         "-m",
         "neural_arch.distributed.launcher",
-        "--nproc_per_node=2",
+        f"--nproc_per_node={ranks}",
         "--max_restarts=0",
         "--no-python",
         str(HERE / "limited_rank.sh"),
@@ -75,29 +81,29 @@ def run_job(name: str, args: argparse.Namespace, root: Path, limit: int) -> dict
         str(out),
         tag,
         *train_args(args, run_dir, root / "corpus"),
-        *(["--set", *LAYOUTS[name]] if LAYOUTS[name] else []),
+        *(["--set", *layout] if layout else []),
     ]
     started = time.monotonic()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE), PYTHON=sys.executable)
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
     seconds = time.monotonic() - started
-    ranks = []
-    for rank in range(2):
+    records = []
+    for rank in range(ranks):
         group = cgroup_path(tag, rank)
         oom = _oom_kills(group)
         record_file = out / f"rank_{rank}.json"
         record = json.loads(record_file.read_text()) if record_file.exists() else {"rank": rank}
         record["oom_kills"] = oom
-        ranks.append(record)
+        records.append(record)
         _remove(group)
     saved = (run_dir / "checkpoints" / f"step_{args.steps:08d}").is_dir()
     if proc.returncode == 0 and saved:
         outcome = "trained and saved"
-    elif any(r["oom_kills"] for r in ranks):
+    elif any(r["oom_kills"] for r in records):
         outcome = "killed"
     else:
         outcome = f"failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}"
-    return {"name": name, "ranks": ranks, "outcome": outcome, "seconds": seconds}
+    return {"name": name, "ranks": records, "outcome": outcome, "seconds": seconds}
 
 
 def _oom_kills(group: Path) -> int:

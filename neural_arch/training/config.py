@@ -26,7 +26,7 @@ import yaml
 from neural_arch.distributed.data_parallel.compression import Compression
 from neural_arch.distributed.parallel.layout import ParallelLayout
 from neural_arch.training.batch_sizes import check_batch_sizes
-from neural_arch.training.config_source import apply_override, read_yaml
+from neural_arch.training.config_source import apply_override, read_yaml, task_name
 from neural_arch.training.layout_check import checked_layout, layout_active
 from neural_arch.training.registry import task_class
 from neural_arch.training.task import RangeRule, Task
@@ -145,6 +145,9 @@ class LoggingConfig:
     """Write TensorBoard event files to run.dir."""
     record_samples: bool = False
     """Append each step's sample ids to logs/samples_rank_N.jsonl (for auditing resumes)."""
+    peak_flops: Optional[float] = None
+    """One rank's peak FLOP/s for the ``perf/mfu`` column (e.g. 989e12 for an H100's dense bf16);
+    null: measured once at start-up with a float32 matmul on the rank's device."""
 
 
 @dataclass
@@ -195,6 +198,7 @@ _RANGES: dict[str, RangeRule] = {
     "run.init_from": ((lambda v: v.strip() != ""), "a checkpoint path (or null)"),
     "checkpoint.format": ((lambda v: v in ("auto", "full", "sharded")), "'auto', 'full' or 'sharded'"),
     "logging.every_steps": at_least(1),
+    "logging.peak_flops": POSITIVE,
     "ddp.powersgd_rank": at_least(1),
     "ddp.bucket_mb": POSITIVE,
     "ddp.powersgd_warmup_steps": (
@@ -213,7 +217,7 @@ def load_config(
     ``training.distributed`` is true, ``training.nproc_per_node`` stands in for it.
     """
     raw = read_yaml(Path(path), Config) if path is not None else {}
-    task = task_class(_task_name(raw, overrides))  # the task decides what model:/data: may hold
+    task = task_class(task_name(raw, overrides, RunConfig.task))  # the task decides what model:/data: may hold
     sections = section_types(task)
     for text in overrides:
         apply_override(raw, text, sections, Config)
@@ -280,18 +284,3 @@ def save_config(cfg: Config, path: str | Path) -> None:
     text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     commit_file(Path(path), lambda f: f.write(text.encode()))
-
-
-def _task_name(raw: dict, overrides: Sequence[str]) -> str:
-    """``run.task`` as the file and the overrides set it (the last override wins)."""
-    run = raw.get("run")
-    name = (
-        run.get("task", RunConfig.task) if isinstance(run, dict) else RunConfig.task
-    )  # a bad run: is reported by build
-    for text in overrides:
-        key, sep, value = str(text).partition("=")
-        if sep and key.strip() == "run.task":
-            name = value.strip()
-    if not isinstance(name, str):
-        raise ConfigError(f"run.task: expected a task name (str), got {show(name)}")
-    return name

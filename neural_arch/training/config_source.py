@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import typing
 from pathlib import Path
+from typing import Sequence
 
 import yaml
 
@@ -65,3 +66,16 @@ def apply_override(raw: dict, text: str, sections: dict[str, type], root: type) 
     if not isinstance(raw[section], dict):
         raise ConfigError(f"{section}: expected a mapping, got {show(raw[section])}; cannot apply --set {key}")
     raw[section][name] = value
+
+
+def task_name(raw: dict, overrides: Sequence[str], default: str) -> str:
+    """``run.task`` as the file and the overrides set it (the last override wins; ``default`` if neither)."""
+    run = raw.get("run")
+    name = run.get("task", default) if isinstance(run, dict) else default  # a bad run: is reported by build
+    for text in overrides:
+        key, sep, value = str(text).partition("=")
+        if sep and key.strip() == "run.task":
+            name = value.strip()
+    if not isinstance(name, str):
+        raise ConfigError(f"run.task: expected a task name (str), got {show(name)}")
+    return name

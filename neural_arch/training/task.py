@@ -79,6 +79,9 @@ class Task:
 
     train_size: int
     val_size: int
+    tokens_per_sample: Optional[int] = None
+    """What one training sample holds in tokens (a language model's context), for ``perf/tokens_per_s``;
+    None: the app has no tokens."""
 
     # ---- class-level hooks: data creation, export
     @classmethod

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -29,8 +28,10 @@ from neural_arch.distributed.checkpoint.layout import step_name
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config
 from neural_arch.training.heap import frozen_heap
+from neural_arch.training.interval_metrics import IntervalMeter, first_step_flops, measured_peak_flops
 from neural_arch.training.prefetch import Prefetcher, next_batch
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
+from neural_arch.training.run_progress import RunProgress
 from neural_arch.training.run_start import (
     build_components,
     claimed_run_dir,
@@ -41,29 +42,6 @@ from neural_arch.training.run_start import (
 from neural_arch.training.sample_log import append_samples, forget_samples_after
 from neural_arch.training.step import evaluate, forward_backward, optimizer_step, step_inputs
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
-
-
-@dataclass
-class RunProgress:
-    """What the loop measures on the way: throughput, step times, the logged loss, what was saved."""
-
-    resumed_from: Optional[int]
-    started: float = field(default_factory=time.perf_counter)
-    samples: int = 0
-    step_times: list[float] = field(default_factory=list)
-    since_log: torch.Tensor = field(default_factory=lambda: torch.zeros(2, dtype=torch.float64))
-    """(loss sum, samples) on this rank since the last metrics row."""
-    loss: float = float("nan")
-    """The exact global mean training loss of the last metrics row."""
-    last_saved: Optional[int] = None
-    validated: Optional[tuple[int, dict[str, float]]] = None
-    """(step, metrics) of the last validation pass, so the end of the run does not repeat it."""
-
-    def count(self, batch: nd.IndexBatch, loss_sum: torch.Tensor, seconds: float) -> None:
-        """Add one finished step: its global batch, this rank's (loss sum, samples) and its time."""
-        self.since_log += loss_sum
-        self.step_times.append(seconds)
-        self.samples += batch.global_size
 
 
 def train(
@@ -92,6 +70,8 @@ class Trainer:
     """The task, placed model, optimizer, schedule, scaler, sampler and step count."""
     progress: RunProgress
     report: RunReporter
+    meter: IntervalMeter
+    """Each logging interval's throughput, FLOP/s, MFU, memory and data wait (``perf/*`` columns)."""
 
     def __init__(
         self,
@@ -129,13 +109,17 @@ class Trainer:
                     started = time.perf_counter()
                     batch = next(batches)
                     inputs = prefetch.take(batch)
+                    fetched = time.perf_counter()
                     if run.step + 1 < steps:
                         prefetch.start(next_batch(run.sampler))
                     # ---- forward/backward, then the optimizer step: the same update on every rank
-                    loss_sum = forward_backward(run, batch, inputs)
+                    with first_step_flops(self.meter, countable=not run.placement.sharded):
+                        loss_sum = forward_backward(run, batch, inputs)
                     optimizer_step(run, loss_sum)
                     run.step += 1
-                    self.progress.count(batch, loss_sum, time.perf_counter() - started)
+                    done = time.perf_counter()
+                    self.progress.count(batch, loss_sum, done - started)
+                    self.meter.count_step(batch.global_size, fetched - started, done - fetched)
                     self._record_sample_ids(batch)
                     # ---- save, then validate: a failure during a (possibly long) validation loses no step
                     if _due(run.step, cfg.checkpoint.every_steps) or run.step == steps:
@@ -171,6 +155,8 @@ class Trainer:
         if cfg.logging.record_samples and rank == 0:
             forget_samples_after(self.run_dir, step)  # steps past the checkpoint are trained again now
         self.progress = RunProgress(resumed_from=resumed, last_saved=resumed)
+        peak = cfg.logging.peak_flops or measured_peak_flops(self.components.device)
+        self.meter = IntervalMeter(nd.get_world_size(), rank, self.components.device, peak)
 
     def _record_sample_ids(self, batch: nd.IndexBatch) -> None:
         """``logging.record_samples``: which sample ids each rank trained on at this step."""
@@ -192,8 +178,9 @@ class Trainer:
         run, progress = self.components, self.progress
         every, last = self.cfg.logging.every_steps, run.step == self.cfg.training.steps
         if run.step % every == 0 or validation or last:
-            # One small all-reduce per log row: the exact mean loss over the interval.
-            total = nd.all_reduce(progress.since_log, check=False)
+            # One small all-reduce per log row: the exact mean loss over the interval, and every
+            # rank's costs (interval_metrics.py).
+            total = nd.all_reduce(self.meter.pack(progress.since_log), check=False)
             progress.loss = float(total[0] / total[1])
             progress.since_log.zero_()
             row = {
@@ -201,6 +188,7 @@ class Trainer:
                 "lr": run.scheduler.get_last_lr()[0],
                 "epoch": float(run.sampler.epoch),
                 **validation,
+                **self.meter.row(total, run.task.tokens_per_sample),
             }
             self.report.metrics(run.step, row)
         self.report.progress(run.step, progress.loss, progress.samples / (time.perf_counter() - progress.started))

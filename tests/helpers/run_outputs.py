@@ -24,9 +24,11 @@ def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
     return with_whole_model(found[0].path, found[1])["model"]
 
 
-def metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """Every row of the run's metrics.jsonl, in order."""
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+def metrics(run_dir: Path, perf: bool = False) -> list[dict[str, Any]]:
+    """Every row of the run's metrics.jsonl, in order; without the ``perf/*`` columns (times,
+    memory: they differ between any two runs) unless ``perf``."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return rows if perf else [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in rows]
 
 
 def sample_ids(run: Path, first_step: int) -> dict[int, list[int]]:

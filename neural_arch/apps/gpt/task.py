@@ -108,6 +108,7 @@ class GPTTask(Task):
             raise ConfigError(missing)
         self.corpus = Corpus(Path(cfg.data.path))
         self.context = context = cfg.model.context
+        self.tokens_per_sample = context  # predicted bytes per window
         smallest = min(len(self.corpus.train), len(self.corpus.val))
         if smallest < context + 1:
             raise ConfigError(

@@ -37,6 +37,7 @@ from neural_arch.distributed.checkpoint.rank0 import on_rank0
 from neural_arch.distributed.checkpoint.replicated import commit_checkpoint, save_checkpoint
 from neural_arch.distributed.checkpoint.shards import SHARDS
 from neural_arch.distributed.runtime.collectives import all_gather_object
+from neural_arch.distributed.runtime.gloo_threads import batch_gloo_io_threads
 from neural_arch.distributed.runtime.process_group import get_rank
 from neural_arch.utils.atomic import make_tmp_dir, remove
 
@@ -133,6 +134,7 @@ class CheckpointWriter:
         # A group of its own for the writes (made once, by every rank at the same save).
         if self._group is None:
             self._group = dist.new_group(backend="gloo")
+            batch_gloo_io_threads()  # its I/O thread must not preempt training's (gloo_threads.py)
         return self._group
 
 

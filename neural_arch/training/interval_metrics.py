@@ -1,0 +1,150 @@
+"""What each logging interval cost, on every rank: throughput, FLOP/s and MFU, memory, data wait.
+
+Used by trainer.py::
+
+    meter = IntervalMeter(world_size, rank, device, peak_flops)   # once
+    meter.count_step(samples, data_wait, compute)         # every step (seconds on this rank)
+    packed = meter.pack(loss_sum)                         # before the log row's one all-reduce
+    row = meter.row(nd.all_reduce(packed), tokens_per_sample)   # every rank: the same numbers
+
+The loop already sums (loss, samples) over ranks once per metrics row; the per-rank numbers
+travel in the same SUM all-reduce, each rank writing only its own slots, so every rank learns
+every rank's data wait, compute time and peak memory at no extra collective. FLOPs per step are
+counted once (``count_flops`` around the first step, ``torch.utils.flop_counter``); the peak is
+``logging.peak_flops`` or measured once with a matmul (``measured_peak_flops``). MFU is the
+achieved FLOP/s over the peak of all ranks together. FLOPs are counted for plain data
+parallelism (the counter follows its ops); a sharded layout's rows have no FLOP/s or MFU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Optional, TypeVar
+
+import torch
+
+T = TypeVar("T")
+FIRST = 2
+"""Slots before the per-rank ones: this rank's (loss sum, samples) since the last row."""
+PER_RANK = 3
+"""Per-rank slots: data wait seconds, compute seconds, peak memory bytes."""
+
+
+class IntervalMeter:
+    """This rank's costs since the last metrics row, and the FLOPs of one step (all ranks)."""
+
+    def __init__(self, world_size: int, rank: int, device: torch.device, peak_flops: Optional[float]) -> None:
+        self.world_size, self.rank, self.device, self.peak_flops = world_size, rank, device, peak_flops
+        self.step_flops: Optional[float] = None
+        """This rank's FLOPs of one step, once counted."""
+        self._reset()
+
+    def count_step(self, samples: int, data_wait: float, compute: float) -> None:
+        """Add one finished step: its global batch size and this rank's seconds waiting for data and computing."""
+        self.steps += 1
+        self.samples += samples
+        self.data_wait += data_wait
+        self.compute += compute
+
+    def pack(self, loss_sum: torch.Tensor) -> torch.Tensor:
+        """The float64 vector to SUM over ranks: (loss sum, samples), then each rank's own slots."""
+        packed = torch.zeros(FIRST + PER_RANK * self.world_size + 1, dtype=torch.float64)
+        packed[:FIRST] = loss_sum
+        at = FIRST + PER_RANK * self.rank
+        steps = max(self.steps, 1)
+        packed[at : at + PER_RANK] = torch.tensor(
+            [self.data_wait / steps, self.compute / steps, peak_memory(self.device)]
+        )
+        packed[-1] = (self.step_flops or 0.0) if self.rank == 0 else 0.0
+        return packed
+
+    def row(self, total: torch.Tensor, tokens_per_sample: Optional[int]) -> dict[str, float]:
+        """The interval's numbers from the summed vector (the same on every rank); starts the next interval."""
+        ranks = total[FIRST:-1].reshape(self.world_size, PER_RANK)
+        # Throughput per training step (rank 0's mean step: data wait + compute), so an interval
+        # that also validated or saved reports the speed of its steps, not of its wall time.
+        step_seconds = max(float(ranks[0, 0] + ranks[0, 1]), 1e-12)
+        samples_per_step = self.samples / max(self.steps, 1)
+        values = {
+            "perf/samples_per_s": samples_per_step / step_seconds,
+            "perf/step_s": step_seconds,
+            "perf/data_wait_s": float(ranks[:, 0].max()),
+            "perf/peak_memory_gib": float(ranks[:, 2].max()) / 2**30,
+        }
+        if tokens_per_sample:
+            values["perf/tokens_per_s"] = samples_per_step * tokens_per_sample / step_seconds
+        if float(total[-1]):  # FLOPs of every rank: rank 0's count stands for each of its peers
+            flops = float(total[-1]) * self.world_size / step_seconds
+            values["perf/flops_per_s"] = flops
+            if self.peak_flops:
+                values["perf/mfu"] = flops / (self.peak_flops * self.world_size)
+        for rank in range(self.world_size):
+            values[f"perf/compute_s/rank{rank}"] = float(ranks[rank, 1])
+        self._reset()
+        return values
+
+    def _reset(self) -> None:
+        self.steps = self.samples = 0
+        self.data_wait = self.compute = 0.0
+
+
+@contextlib.contextmanager
+def first_step_flops(meter: IntervalMeter, countable: bool) -> Iterator[None]:
+    """Count the FLOPs of the step run inside, once per process (``countable``: the placement's
+    ops are ones the counter follows; a later step, or an uncountable one, runs untouched)."""
+    if meter.step_flops is not None or not countable:
+        yield
+        return
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        yield
+    meter.step_flops = float(counter.get_total_flops()) or None
+
+
+def count_flops(step: Callable[[], T]) -> tuple[T, Optional[float]]:
+    """``step()``'s result and the FLOPs it ran (matmuls, convolutions, attention: what
+    ``torch.utils.flop_counter`` counts); None where the counter cannot follow it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        result = step()
+    total = counter.get_total_flops()
+    return result, float(total) if total else None
+
+
+def measured_peak_flops(device: torch.device, size: int = 512, repeats: int = 5) -> float:
+    """FLOP/s of a float32 ``size``-square matmul on ``device``, the best of ``repeats`` (once, at start-up)."""
+    generator = torch.Generator(device=device).manual_seed(0)  # not the global stream: training's RNG is untouched
+    a = torch.randn(size, size, device=device, generator=generator)
+    b = torch.randn(size, size, device=device, generator=generator)
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        started = time.perf_counter()
+        torch.mm(a, b)
+        _sync(device)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best
+
+
+def peak_memory(device: Optional[torch.device] = None) -> float:
+    """Bytes: ``torch.cuda.max_memory_allocated`` on CUDA, else this process's peak RSS (``VmHWM``)."""
+    if device is not None and device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device))
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
