@@ -35,6 +35,9 @@ class TrainingComponents:
     sampler: nd.DistributedSampler
     device: torch.device
     step: int = 0
+    forward_seconds: float = 0.0
+    """This rank's seconds in forward passes during its last step, before any gradient sync (a
+    pipeline: its whole schedule); the straggler signal (stragglers.py)."""
 
     @classmethod
     def build(cls, cfg: Config, device: torch.device) -> TrainingComponents:

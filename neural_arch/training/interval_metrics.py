@@ -28,8 +28,8 @@ import torch
 T = TypeVar("T")
 FIRST = 2
 """Slots before the per-rank ones: this rank's (loss sum, samples) since the last row."""
-PER_RANK = 3
-"""Per-rank slots: data wait seconds, compute seconds, peak memory bytes."""
+PER_RANK = 4
+"""Per-rank slots: data wait, compute and forward seconds per step, peak memory bytes."""
 
 
 class IntervalMeter:
@@ -39,14 +39,18 @@ class IntervalMeter:
         self.world_size, self.rank, self.device, self.peak_flops = world_size, rank, device, peak_flops
         self.step_flops: Optional[float] = None
         """This rank's FLOPs of one step, once counted."""
+        self.forward_per_rank: list[float] = []
+        """Every rank's mean forward seconds per step in the last row (stragglers.py)."""
         self._reset()
 
-    def count_step(self, samples: int, data_wait: float, compute: float) -> None:
-        """Add one finished step: its global batch size and this rank's seconds waiting for data and computing."""
+    def count_step(self, samples: int, data_wait: float, compute: float, forward: float) -> None:
+        """Add one finished step: its global batch size and this rank's seconds waiting for data,
+        computing (forward, backward, optimizer) and in forward passes alone (before any sync)."""
         self.steps += 1
         self.samples += samples
         self.data_wait += data_wait
         self.compute += compute
+        self.forward += forward
 
     def pack(self, loss_sum: torch.Tensor) -> torch.Tensor:
         """The float64 vector to SUM over ranks: (loss sum, samples), then each rank's own slots."""
@@ -55,7 +59,7 @@ class IntervalMeter:
         at = FIRST + PER_RANK * self.rank
         steps = max(self.steps, 1)
         packed[at : at + PER_RANK] = torch.tensor(
-            [self.data_wait / steps, self.compute / steps, peak_memory(self.device)]
+            [self.data_wait / steps, self.compute / steps, self.forward / steps, peak_memory(self.device)]
         )
         packed[-1] = (self.step_flops or 0.0) if self.rank == 0 else 0.0
         return packed
@@ -71,7 +75,7 @@ class IntervalMeter:
             "perf/samples_per_s": samples_per_step / step_seconds,
             "perf/step_s": step_seconds,
             "perf/data_wait_s": float(ranks[:, 0].max()),
-            "perf/peak_memory_gib": float(ranks[:, 2].max()) / 2**30,
+            "perf/peak_memory_gib": float(ranks[:, 3].max()) / 2**30,
         }
         if tokens_per_sample:
             values["perf/tokens_per_s"] = samples_per_step * tokens_per_sample / step_seconds
@@ -80,14 +84,16 @@ class IntervalMeter:
             values["perf/flops_per_s"] = flops
             if self.peak_flops:
                 values["perf/mfu"] = flops / (self.peak_flops * self.world_size)
+        self.forward_per_rank = [float(f) for f in ranks[:, 2]]
         for rank in range(self.world_size):
             values[f"perf/compute_s/rank{rank}"] = float(ranks[rank, 1])
+            values[f"perf/forward_s/rank{rank}"] = self.forward_per_rank[rank]
         self._reset()
         return values
 
     def _reset(self) -> None:
         self.steps = self.samples = 0
-        self.data_wait = self.compute = 0.0
+        self.data_wait = self.compute = self.forward = 0.0
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from typing import Optional
 
 import torch
@@ -32,8 +33,12 @@ def forward_backward(
     ``inputs``: ``step_inputs(components, batch)`` when the caller built them already (prefetch)."""
     inputs = step_inputs(components, batch) if inputs is None else inputs
     components.optimizer.zero_grad(set_to_none=True)
+    components.forward_seconds = 0.0
     if components.placement.pipeline is not None:
-        return _pipeline_pass(components, batch, inputs[0])
+        started = time.perf_counter()
+        total = _pipeline_pass(components, batch, inputs[0])
+        components.forward_seconds = time.perf_counter() - started
+        return total
     return _accumulate(components, batch, inputs)
 
 
@@ -86,7 +91,9 @@ def _accumulate(
         # All but the last micro-batch accumulate locally; the last one averages the total.
         sync = contextlib.nullcontext() if j == len(micro) - 1 else placement.no_sync()
         with sync, autocast_context(cfg, components.device):
+            started = time.perf_counter()
             per_sample = components.task.loss(placement.model, rows)
+            components.forward_seconds += time.perf_counter() - started
             # Weighted by the ranks that see different samples, so the data-parallel average is
             # the gradient of the global batch's mean (padding rows, if any, weigh exactly 0).
             loss = data_parallel_loss(

@@ -15,6 +15,7 @@ optimizer step, log, validate, save, stop; then finish.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from functools import partial
 from pathlib import Path
@@ -42,6 +43,7 @@ from neural_arch.training.run_start import (
 from neural_arch.training.sample_log import append_samples, forget_samples_after
 from neural_arch.training.step import evaluate, forward_backward, optimizer_step, step_inputs
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
+from neural_arch.training.stragglers import StragglerWatch
 
 
 def train(
@@ -71,6 +73,8 @@ class Trainer:
     progress: RunProgress
     report: RunReporter
     meter: IntervalMeter
+    watch: StragglerWatch
+    """Names a rank that is slow before the gradient sync, while it is (``logging.straggler_*``)."""
     """Each logging interval's throughput, FLOP/s, MFU, memory and data wait (``perf/*`` columns)."""
 
     def __init__(
@@ -119,7 +123,7 @@ class Trainer:
                     run.step += 1
                     done = time.perf_counter()
                     self.progress.count(batch, loss_sum, done - started)
-                    self.meter.count_step(batch.global_size, fetched - started, done - fetched)
+                    self.meter.count_step(batch.global_size, fetched - started, done - fetched, run.forward_seconds)
                     self._record_sample_ids(batch)
                     # ---- save, then validate: a failure during a (possibly long) validation loses no step
                     if _due(run.step, cfg.checkpoint.every_steps) or run.step == steps:
@@ -157,6 +161,8 @@ class Trainer:
         self.progress = RunProgress(resumed_from=resumed, last_saved=resumed)
         peak = cfg.logging.peak_flops or measured_peak_flops(self.components.device)
         self.meter = IntervalMeter(nd.get_world_size(), rank, self.components.device, peak)
+        hosts = nd.all_gather_object(socket.gethostname())
+        self.watch = StragglerWatch(hosts, cfg.logging.straggler_threshold, cfg.logging.straggler_intervals)
 
     def _record_sample_ids(self, batch: nd.IndexBatch) -> None:
         """``logging.record_samples``: which sample ids each rank trained on at this step."""
@@ -191,6 +197,10 @@ class Trainer:
                 **self.meter.row(total, run.task.tokens_per_sample),
             }
             self.report.metrics(run.step, row)
+            for line in self.watch.check(self.meter.forward_per_rank, run.step):
+                self.report.log.warning(line)
+                if nd.get_rank() == 0:
+                    print(f"neural_arch: {line}", flush=True)
         self.report.progress(run.step, progress.loss, progress.samples / (time.perf_counter() - progress.started))
 
     def _save(self) -> None:
@@ -270,6 +280,7 @@ class Trainer:
             per_rank,
             nd.get_world_size(),
         )
+        summary += f"\n{self.watch.summary()}" if self.watch.summary() else ""
         (run_dir / "summary.txt").write_text(summary + "\n")
         (run_dir / "summary.json").write_text(json.dumps({**throughput, **final}, indent=2) + "\n")
         print(summary, flush=True)
