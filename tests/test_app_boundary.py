@@ -5,7 +5,7 @@ Run: ``.venv/bin/python -m pytest tests/test_app_boundary.py -q``
 
 For every folder ``neural_arch/apps/<name>/``, no Python file of the package outside that
 folder mentions ``<name>`` (any case), except the default task's one line in
-``training/config.py`` (``task: str = "<name>"``, a string: nothing is imported). Every app
+``training/config_sections.py`` (``task: str = "<name>"``, a string: nothing is imported). Every app
 is declared as an entry point in pyproject.toml, pointing into its own folder, and the
 installed entry points (what the registry reads) match that declaration, so a stale install
 is caught here. The import rules (model files import no distributed code, the framework
@@ -21,7 +21,7 @@ import tomllib
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "neural_arch"
 APPS = sorted(p.name for p in (PACKAGE / "apps").iterdir() if (p / "__init__.py").exists())
-CONFIG = PACKAGE / "training" / "config.py"
+CONFIG = PACKAGE / "training" / "config_sections.py"
 GROUP = "neural_arch.tasks"
 DECLARED = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"][GROUP]
 REINSTALL = "run `.venv/bin/python -m pip install -e . --no-deps` so the installed entry points match pyproject.toml"
