@@ -36,6 +36,7 @@ from neural_arch.training.config_sections import (
 )
 from neural_arch.training.config_source import apply_override, read_yaml, task_name
 from neural_arch.training.layout_check import checked_layout, layout_active
+from neural_arch.training.profiling import ProfilingConfig
 from neural_arch.training.registry import task_class
 from neural_arch.training.task import RangeRule, Task
 from neural_arch.training.typed_config import POSITIVE, UNIT, ConfigError, at_least, build, names, show, unknown
@@ -79,6 +80,8 @@ class Config:
     """How the model is spread over the ranks; all defaults: a full replica per rank (DDP)."""
     ddp: Compression = field(default_factory=Compression)
     """DDP's gradient exchange: bucket size and compression (``none``, the default, is exact)."""
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    """``torch.profiler`` over a window of steps on chosen ranks (off by default)."""
 
 
 # ---- range rules of the framework's sections: key path -> (predicate, what is allowed);
@@ -108,6 +111,8 @@ _RANGES: dict[str, RangeRule] = {
     "logging.peak_flops": POSITIVE,
     "logging.straggler_threshold": POSITIVE,
     "logging.straggler_intervals": at_least(1),
+    "profiling.first_step": at_least(1),
+    "profiling.steps": at_least(1),
     "ddp.powersgd_rank": at_least(1),
     "ddp.bucket_mb": POSITIVE,
     "ddp.powersgd_warmup_steps": (
@@ -164,6 +169,11 @@ def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
         raise ConfigError(
             f"ddp.compression={cfg.ddp.compression} with a parallel: layout: compression applies to plain "
             "DDP's gradient all-reduce only; set ddp.compression=none or leave parallel: at its defaults"
+        )
+    if world_size is not None and any(not 0 <= r < world_size for r in cfg.profiling.ranks):
+        raise ConfigError(
+            f"profiling.ranks={cfg.profiling.ranks} names a rank outside this world of {world_size}; "
+            f"choose among 0..{world_size - 1}"
         )
     if cfg.parallel.cpu_offload and not torch.cuda.is_available():
         raise ConfigError(

@@ -31,6 +31,7 @@ from neural_arch.training.config import Config, save_config
 from neural_arch.training.heap import frozen_heap
 from neural_arch.training.interval_metrics import IntervalMeter, first_step_flops, measured_peak_flops
 from neural_arch.training.prefetch import Prefetcher, next_batch
+from neural_arch.training.profiling import StepProfiler
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
 from neural_arch.training.run_progress import RunProgress
 from neural_arch.training.run_start import (
@@ -106,6 +107,7 @@ class Trainer:
                 StopSignals() as stop,
                 frozen_heap(),
                 Prefetcher(partial(step_inputs, run), enabled=cfg.training.prefetch) as prefetch,
+                StepProfiler(cfg.profiling, nd.get_rank(), self.run_dir, run.device, run.step) as profiler,
             ):
                 batches = global_batches(run.sampler)
                 while run.step < steps:
@@ -121,6 +123,7 @@ class Trainer:
                         loss_sum = forward_backward(run, batch, inputs)
                     optimizer_step(run, loss_sum)
                     run.step += 1
+                    profiler.after_step(run.step)
                     done = time.perf_counter()
                     self.progress.count(batch, loss_sum, done - started)
                     self.meter.count_step(batch.global_size, fetched - started, done - fetched, run.forward_seconds)
@@ -273,13 +276,8 @@ class Trainer:
         if (run_dir / "metrics.jsonl").exists():
             plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png")
         task.report(run_dir, whole, final, throughput)
-        summary = format_summary(
-            task.summary_metrics(final),
-            throughput["train_seconds"],
-            self.progress.samples,
-            per_rank,
-            nd.get_world_size(),
-        )
+        seconds, world = throughput["train_seconds"], nd.get_world_size()
+        summary = format_summary(task.summary_metrics(final), seconds, self.progress.samples, per_rank, world)
         summary += f"\n{self.watch.summary()}" if self.watch.summary() else ""
         (run_dir / "summary.txt").write_text(summary + "\n")
         (run_dir / "summary.json").write_text(json.dumps({**throughput, **final}, indent=2) + "\n")
