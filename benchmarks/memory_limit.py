@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,7 +46,7 @@ def train_args(args: argparse.Namespace, run_dir: Path, corpus: Path) -> list[st
         f"model.n_layers={args.layers}",
         f"model.n_heads={args.d_model // 64}",
         "model.context=64",
-        f"data.source={HERE.parent / 'neural_arch'}",
+        f"data.source={corpus.parent / 'source'}",
         f"data.path={corpus}",
         "data.val_fraction=0.05",
         "data.samples_per_epoch=512",
@@ -59,6 +60,13 @@ def train_args(args: argparse.Namespace, run_dir: Path, corpus: Path) -> list[st
         "logging.tensorboard=false",
     ]
     return ["--set", *settings]
+
+
+def make_corpus(root: Path) -> Path:
+    """A byte corpus at ``root/corpus`` from a snapshot of this package's sources (``root/source``:
+    a copy, so editing the package meanwhile does not make the corpus stale)."""
+    shutil.copytree(HERE.parent / "neural_arch", root / "source", ignore=shutil.ignore_patterns("__pycache__"))
+    return create_corpus(root / "corpus", [str(root / "source")], 0.05, 64)
 
 
 def run_job(
@@ -144,7 +152,7 @@ def main() -> int:
     print(f"{state / 2**30:.2f} GiB; per-rank hard limit {limit / 2**30:.2f} GiB ({limit / state:.0%} of the state)")
     failures = 0
     with tempfile.TemporaryDirectory(prefix="memory_limit_") as tmp:
-        create_corpus(Path(tmp) / "corpus", [str(HERE.parent / "neural_arch")], 0.05, 64)
+        make_corpus(Path(tmp))
         for name in LAYOUTS:
             result = run_job(name, args, Path(tmp), limit)
             peaks = ", ".join(

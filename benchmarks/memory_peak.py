@@ -20,9 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from memory_limit import run_job  # benchmarks/ is on sys.path when a script here runs
+from memory_limit import make_corpus, run_job  # benchmarks/ is on sys.path when a script here runs
 
-from neural_arch.apps.gpt.corpus import create_corpus
 from neural_arch.apps.gpt.model import GPT, count_parameters
 
 HERE = Path(__file__).resolve().parent
@@ -85,7 +84,7 @@ def main() -> int:
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="memory_peak_") as tmp:
-        create_corpus(Path(tmp) / "corpus", [str(HERE.parent / "neural_arch")], 0.05, 64)
+        make_corpus(Path(tmp))
         for size in args.sizes:
             results[size] = measure(size, args, Path(tmp))
     chart(results, args.png)

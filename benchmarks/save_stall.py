@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from neural_arch.apps.gpt.corpus import create_corpus
+from memory_limit import make_corpus  # benchmarks/ is on sys.path when a script here runs
 
 HERE = Path(__file__).resolve().parent
 
@@ -36,7 +36,7 @@ def stalls(args: argparse.Namespace, root: Path, background: bool) -> list[float
         f"model.n_layers={args.layers}",
         f"model.n_heads={args.d_model // 64}",
         "model.context=64",
-        f"data.source={HERE.parent / 'neural_arch'}",
+        f"data.source={root / 'source'}",
         f"data.path={root / 'corpus'}",
         "data.val_fraction=0.05",
         "data.samples_per_epoch=512",
@@ -77,7 +77,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="save_stall_") as tmp:
-        create_corpus(Path(tmp) / "corpus", [str(HERE.parent / "neural_arch")], 0.05, 64)
+        make_corpus(Path(tmp))
         sync, background = stalls(args, Path(tmp), False), stalls(args, Path(tmp), True)
     median_sync, median_async = statistics.median(sync), statistics.median(background)
     print(f"GPT d_model {args.d_model}, {args.layers} blocks, {' '.join(args.layout) or 'DDP'}, 2 ranks")
