@@ -35,6 +35,8 @@ class TrainingComponents:
     sampler: nd.DistributedSampler
     device: torch.device
     step: int = 0
+    tracking_id: Optional[str] = None
+    """The MLflow run this training run logs to (kept in the checkpoint: a resumed job reopens it)."""
     forward_seconds: float = 0.0
     """This rank's seconds in forward passes during its last step, before any gradient sync (a
     pipeline: its whole schedule); the straggler signal (stragglers.py)."""
@@ -91,6 +93,7 @@ class TrainingComponents:
             "rng": nd.all_gather_object(capture_rng()),
             "config": config_to_dict(self.cfg),
             "task": self.task.state_dict(),
+            "mlflow_run_id": self.tracking_id,
             **self._compression_state(),
         }
 
@@ -123,6 +126,7 @@ class TrainingComponents:
         self.sampler.load_state_dict(state["sampler"])
         self.step = int(state["step"])
         self.task.load_state_dict(state.get("task", {}))
+        self.tracking_id = state.get("mlflow_run_id")
         rank = nd.get_rank()
         note = self.placement.load_compression_state(state.get("compression"))
         if note is not None and rank == 0:

@@ -125,6 +125,11 @@ class LoggingConfig:
     peak_flops: Optional[float] = None
     """One rank's peak FLOP/s for the ``perf/mfu`` column (e.g. 989e12 for an H100's dense bf16);
     null: measured once at start-up with a float32 matmul on the rank's device."""
+    mlflow: bool = False
+    """Log to MLflow on rank 0 (params, every metrics row, the report and plots as artifacts); one MLflow
+    run per training run, reopened after a stop, restart, requeue or resize (pip install 'neural_arch[mlflow]')."""
+    mlflow_uri: Optional[str] = None
+    """The MLflow tracking store; null: ``sqlite:///RUN_DIR/mlflow.db`` (a file, no server)."""
     straggler_threshold: float = 0.2
     """Warn when a rank's time before the gradient sync stays this fraction above the median rank's."""
     straggler_intervals: int = 3

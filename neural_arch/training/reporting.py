@@ -13,14 +13,23 @@ from typing import Any, Optional
 
 from tqdm import tqdm
 
+from neural_arch.training.tracking import MlflowTracker
+
 
 class RunReporter:
     """Per-rank log file; on rank 0 also the progress bar, metrics.jsonl and TensorBoard."""
 
     def __init__(
-        self, run_dir: Path, rank: int, total_steps: int, start_step: int, progress: bool, tensorboard: bool
+        self,
+        run_dir: Path,
+        rank: int,
+        total_steps: int,
+        start_step: int,
+        progress: bool,
+        tensorboard: bool,
+        tracker: Optional[MlflowTracker] = None,
     ) -> None:
-        self.run_dir, self.rank = run_dir, rank
+        self.run_dir, self.rank, self.tracker = run_dir, rank, tracker
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.log = logging.getLogger(f"neural_arch.train.rank{rank}.{id(self)}")
         self.log.setLevel(logging.INFO)
@@ -45,6 +54,8 @@ class RunReporter:
             return
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps({"step": step, **values}) + "\n")
+        if self.tracker is not None:
+            self.tracker.log_row(step, values)
         if self.tb is not None:
             for key, value in values.items():
                 self.tb.add_scalar(key, value, step)
@@ -55,6 +66,11 @@ class RunReporter:
             self.bar.update(step - self.bar.n)
             if loss == loss:  # not NaN: a loss has been logged
                 self.bar.set_postfix(loss=f"{loss:.4g}", samples_s=f"{samples_per_s:.0f}", refresh=False)
+
+    def end_tracking(self, finished: bool) -> None:
+        """MLflow: a finished run gets the outputs as artifacts and ends; a stopped one is left to resume."""
+        if self.tracker is not None:
+            self.tracker.finish(self.run_dir) if finished else self.tracker.pause()
 
     def close(self) -> None:
         if self.bar is not None:

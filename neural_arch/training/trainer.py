@@ -45,6 +45,7 @@ from neural_arch.training.sample_log import append_samples, forget_samples_after
 from neural_arch.training.step import evaluate, forward_backward, optimizer_step, step_inputs
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
 from neural_arch.training.stragglers import StragglerWatch
+from neural_arch.training.tracking import open_tracker
 
 
 def train(
@@ -150,8 +151,9 @@ class Trainer:
         cfg, rank, step = self.cfg, nd.get_rank(), self.components.step
         if rank == 0:
             save_config(cfg, self.run_dir / "config.yaml")
+        tracker = open_tracker(cfg, self.run_dir, self.components, rank)  # MLflow, when asked
         self.report = RunReporter(
-            self.run_dir, rank, cfg.training.steps, step, cfg.logging.progress, cfg.logging.tensorboard
+            self.run_dir, rank, cfg.training.steps, step, cfg.logging.progress, cfg.logging.tensorboard, tracker
         )
         self.report.log.info(
             "start: world %d, step %d%s",
@@ -234,6 +236,7 @@ class Trainer:
         self.writer.wait()  # the job may be killed soon after we exit: this step must be on disk
         checkpoint = self.run_dir / "checkpoints" / step_name(run.step)
         self.report.log.info("stopped by signal %d at step %d; checkpoint %s", signum, run.step, checkpoint)
+        self.report.end_tracking(finished=False)
         self.report.close()
         requeue_if_asked(self.cfg.checkpoint.requeue_on_stop, signum)
         raise TrainingStopped(signum, run.step, self.cfg.training.steps, str(checkpoint))
@@ -262,6 +265,7 @@ class Trainer:
                 "steps": float(len(times)),
             }
             self._write_outputs(whole, final, throughput, per_rank)
+            self.report.end_tracking(finished=True)
         return final
 
     def _write_outputs(
