@@ -51,8 +51,12 @@ from neural_arch.distributed.launcher.listen import serving_store
 from neural_arch.distributed.launcher.log_format import attempt_id, progress_marker
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import repeated_failure, stopped_on_request, usage_error
+from neural_arch.distributed.launcher.stacks import STACKS_SIGNAL
 
 __all__ = ["FailureRecord", "RobustElasticAgent"]
+
+STACKS_WAIT = 0.3
+"""Seconds the workers get to write their stacks before the group is stopped (a dump takes milliseconds)."""
 
 
 class RobustElasticAgent(LocalElasticAgent):
@@ -200,11 +204,25 @@ def _waking_first(close: Callable[..., None], pids: Callable[[], dict[int, int]]
     an exited worker before each poll missed one that exited between the check and the poll)."""
 
     def wake_then_close(*args: Any, **kwargs: Any) -> None:
-        for pid in pids().values():  # workers lead their own process groups
+        workers = list(pids().values())
+        # Evidence first: every worker still alive writes its threads' stacks into its rank log
+        # (worker.py), so the summary shows where a hung rank was, even inside DDP's own
+        # collectives. Asked before the wake-up: a stopped worker writes them as it resumes,
+        # before its own code runs on (and fails on the peers' closed connections).
+        asked = 0
+        for pid in workers:
+            try:
+                os.kill(pid, STACKS_SIGNAL)
+                asked += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in workers:  # workers lead their own process groups
             try:
                 os.killpg(pid, signal.SIGCONT)
             except (ProcessLookupError, PermissionError):
                 pass
+        if asked:
+            time.sleep(STACKS_WAIT)
         close(*args, **kwargs)
 
     return wake_then_close

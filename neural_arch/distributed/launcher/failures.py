@@ -17,6 +17,9 @@ from neural_arch.distributed.launcher.log_format import attempt_lines, log_path
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import is_peer_error, recorded_traceback
 
+STACK_FRAMES = 4
+"""Innermost frames of a stopped rank's stack shown in the summary (the whole dump is in its log)."""
+
 TAIL_LINES = 12
 
 
@@ -133,7 +136,35 @@ def _evidence(ordered: Sequence[FailureRecord], log_dir: Optional[Path], show_lo
         out.extend(f"    | {line}" for line in lines)
     if silent:
         out.append(f"  {who(silent)}: printed nothing before it died.")
+    for record in ordered:
+        frames = _stopped_at(record, log_dir)
+        if frames:
+            out.append(f"  rank {record.rank}, attempt {record.attempt} (its main thread when the group was stopped):")
+            out.extend(f"    | {line}" for line in frames)
     return out
+
+
+def _stopped_at(record: FailureRecord, log_dir: Optional[Path]) -> list[str]:
+    """The innermost frames of the main thread's stack the rank wrote when the launcher stopped
+    its group (worker.py's stack dump), from its log section, without the launcher's own frames;
+    [] when it wrote none."""
+    if log_dir is None:
+        return []
+    blocks: list[list[str]] = []
+    inside = False  # a dump's block is its header, then "  File" lines, then a blank line
+    for line in attempt_lines(log_path(log_dir, record.rank), record.pid):
+        if line.startswith(("Current thread 0x", "Thread 0x")):
+            blocks.append([])
+            inside = True
+        elif inside and line.startswith("  File "):
+            blocks[-1].append(line.strip())
+        else:
+            inside = False
+    main = [frames for frames in blocks if any("/launcher/worker.py" in f for f in frames)]  # the script's thread
+    if not main:
+        return []
+    own = [f for f in main[-1] if "<frozen runpy>" not in f and "/distributed/launcher/" not in f]
+    return own[:STACK_FRAMES]
 
 
 def _last_lines(record: FailureRecord, log_dir: Optional[Path], show_log_path: bool) -> tuple[list[str], str]:

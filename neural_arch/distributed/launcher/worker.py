@@ -34,9 +34,11 @@ from neural_arch.distributed.launcher.lifeline import die_with_parent
 from neural_arch.distributed.launcher.log_format import attempt_header, attempt_number, log_path, progress_marker
 from neural_arch.distributed.launcher.program import run_executable, run_python
 from neural_arch.distributed.launcher.repeats import ShownTracebacks
+from neural_arch.distributed.launcher.stacks import dump_stacks_on_request
 from neural_arch.utils.file_lock import lock_file
 
 LOGPUMP = str(Path(__file__).with_name("logpump.py"))
+
 """Run by path, not ``-m``: importing it as a module would first import neural_arch's
 package ``__init__``s (and torch), seconds instead of milliseconds per worker start."""
 
@@ -165,6 +167,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(log, "a") as out:
             out.write(attempt_header(rank, cluster.attempt, os.getpid()) + "\n")
     tee = OutputTee(f"[rank {rank}] ", log, show)
+    stacks = dump_stacks_on_request(log)
     if ns.bind_cpus:  # after the log pump started: it need not share this rank's cores
         bind_worker(parse_cpus(ns.bind_cpus), cluster.local_rank, cluster.local_world_size)
     # Only a rank whose output reaches the console can repeat what the console showed.
@@ -175,6 +178,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code = run_script(ns.script, ns.args, ns.run_as, shown)
     finally:
         tee.close()
+        if stacks is not None:
+            stacks.close()
     return code
 
 

@@ -21,7 +21,12 @@ from neural_arch.distributed.launcher.agent import _stat_fields, _waking_first
 
 
 def stopped_child() -> subprocess.Popen:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    # Like a worker, it handles the stack-dump signal the agent sends before the close (stacks.py).
+    program = (
+        "import signal, time; signal.signal(signal.SIGUSR2, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", program], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"  # the handler is set before it is stopped
     os.kill(child.pid, signal.SIGSTOP)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # wait until the kernel reports it stopped ("T")

@@ -1,0 +1,30 @@
+"""Every thread's Python stack into a rank's log, when the launcher asks, before it stops a group.
+
+Used by worker.py (``dump_stacks_on_request(log)`` at start-up) and agent.py (sends
+``STACKS_SIGNAL`` to every worker before it stops a failed or hung group). ``faulthandler``
+writes from its C signal handler, so a worker blocked inside a C++ collective, or stopped
+(SIGSTOP: the signal is delivered as it is woken, before its own code runs on), still writes
+where each of its threads is. The failure summary quotes the main thread's innermost frames.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import io
+import signal
+from pathlib import Path
+from typing import Optional
+
+STACKS_SIGNAL = signal.SIGUSR2
+"""What the launcher sends a worker to have it write its threads' stacks into its rank log."""
+
+
+def dump_stacks_on_request(log: Optional[Path]) -> Optional[io.TextIOBase]:
+    """From now on ``STACKS_SIGNAL`` writes every thread's stack to ``log`` and the process goes
+    on; returns the open log file (close it at exit), or None without a log (the signal is then ignored)."""
+    if log is None:
+        signal.signal(STACKS_SIGNAL, signal.SIG_IGN)
+        return None
+    out = open(log, "a")  # noqa: SIM115 - held open for faulthandler until the script ends
+    faulthandler.register(STACKS_SIGNAL, file=out, all_threads=True, chain=False)
+    return out

@@ -1,0 +1,47 @@
+"""A rank stopped while its peer waits in DDP's own all-reduce: named, its stack shown, the job restarted.
+
+Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_hang_evidence.py -q``
+2 real ranks under the launcher (one restart allowed), the regression MLP, ``training.timeout=10``.
+Rank 1 SIGSTOPs itself in its forward at step 3 (tests/scripts/train_stop_in_ddp.py), so rank 0
+times out inside DDP's gradient all-reduce, not in a collective of the script's own. Before the
+launcher stops the group, every worker writes its threads' stacks into its rank log; the summary
+of the failed attempt names rank 1 as the one that did not arrive and shows where its main thread
+was (the script's forward), and the restarted attempt trains to the end.
+"""
+
+import time
+
+import pytest
+
+from tests.helpers.cli import launch
+from tests.helpers.paths import SCRIPTS
+from tests.helpers.trainer_runs import BASE
+
+pytestmark = pytest.mark.multiprocess  # launches ranks
+
+
+@pytest.mark.timeout(180)
+def test_the_stopped_rank_is_named_with_its_stack_and_the_job_restarts(tmp_path):
+    run, logs = tmp_path / "run", tmp_path / "logs"
+    args = [*BASE, "--set", f"run.dir={run}", "training.steps=6", "training.timeout=10"]
+    started = time.monotonic()
+    proc = launch(
+        "--nproc_per_node=2", "--max_restarts=1", f"--log_dir={logs}", str(SCRIPTS / "train_stop_in_ddp.py"), *args
+    )
+    elapsed = time.monotonic() - started
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "did not arrive: rank 1" in out, out
+    rank1 = (logs / "rank_1.log").read_text()
+    assert "most recent call first" in rank1 and "train_stop_in_ddp.py" in rank1, rank1[-3000:]
+    assert elapsed < 90, f"took {elapsed:.0f} s"
+
+
+@pytest.mark.timeout(180)
+def test_without_restarts_the_summary_shows_where_the_stopped_rank_was(tmp_path):
+    args = [*BASE, "--set", f"run.dir={tmp_path / 'run'}", "training.steps=6", "training.timeout=10"]
+    proc = launch("--nproc_per_node=2", "--max_restarts=0", str(SCRIPTS / "train_stop_in_ddp.py"), *args)
+    assert proc.returncode != 0
+    summary = proc.stderr[proc.stderr.index("neural_arch launcher: job failed") :]
+    where = summary[summary.index("rank 1, attempt 0 (its main thread when the group was stopped):") :]
+    assert 'train_stop_in_ddp.py", line' in where.splitlines()[1] and "in stopping_loss" in where, summary
