@@ -12,8 +12,8 @@ travel in the same SUM all-reduce, each rank writing only its own slots, so ever
 every rank's data wait, compute time and peak memory at no extra collective. FLOPs per step are
 counted once (``count_flops`` around the first step, ``torch.utils.flop_counter``); the peak is
 ``logging.peak_flops`` or measured once with a matmul (``measured_peak_flops``). MFU is the
-achieved FLOP/s over the peak of all ranks together. FLOPs are counted for plain data
-parallelism (the counter follows its ops); a sharded layout's rows have no FLOP/s or MFU.
+achieved FLOP/s over the peak of all ranks together. FLOPs are counted for every layout but a
+pipeline (whose ranks each run some stages); its rows have no FLOP/s or MFU.
 """
 
 from __future__ import annotations
@@ -35,8 +35,18 @@ PER_RANK = 4
 class IntervalMeter:
     """This rank's costs since the last metrics row, and the FLOPs of one step (all ranks)."""
 
-    def __init__(self, world_size: int, rank: int, device: torch.device, peak_flops: Optional[float]) -> None:
+    def __init__(
+        self,
+        world_size: int,
+        rank: int,
+        device: torch.device,
+        peak_flops: Optional[float],
+        dp_size: Optional[int] = None,
+    ) -> None:
         self.world_size, self.rank, self.device, self.peak_flops = world_size, rank, device, peak_flops
+        self.dp_size = dp_size or world_size
+        """Ranks that see different samples: rank 0's FLOPs stand for each of them (tensor-parallel
+        DTensor ops are counted whole, so its peers add nothing)."""
         self.step_flops: Optional[float] = None
         """This rank's FLOPs of one step, once counted."""
         self.forward_per_rank: list[float] = []
@@ -79,8 +89,8 @@ class IntervalMeter:
         }
         if tokens_per_sample:
             values["perf/tokens_per_s"] = samples_per_step * tokens_per_sample / step_seconds
-        if float(total[-1]):  # FLOPs of every rank: rank 0's count stands for each of its peers
-            flops = float(total[-1]) * self.world_size / step_seconds
+        if float(total[-1]):  # FLOPs of the step: rank 0's count stands for each data-parallel rank
+            flops = float(total[-1]) * self.dp_size / step_seconds
             values["perf/flops_per_s"] = flops
             if self.peak_flops:
                 values["perf/mfu"] = flops / (self.peak_flops * self.world_size)

@@ -120,7 +120,7 @@ class Trainer:
                     if run.step + 1 < steps:
                         prefetch.start(next_batch(run.sampler))
                     # ---- forward/backward, then the optimizer step: the same update on every rank
-                    with first_step_flops(self.meter, countable=not run.placement.sharded):
+                    with first_step_flops(self.meter, countable=run.placement.pipeline is None):
                         loss_sum = forward_backward(run, batch, inputs)
                     optimizer_step(run, loss_sum)
                     run.step += 1
@@ -155,17 +155,14 @@ class Trainer:
         self.report = RunReporter(
             self.run_dir, rank, cfg.training.steps, step, cfg.logging.progress, cfg.logging.tensorboard, tracker
         )
-        self.report.log.info(
-            "start: world %d, step %d%s",
-            nd.get_world_size(),
-            step,
-            f" (resumed from step {resumed})" if resumed else "",
-        )
+        resumed_note = f" (resumed from step {resumed})" if resumed else ""
+        self.report.log.info("start: world %d, step %d%s", nd.get_world_size(), step, resumed_note)
         if cfg.logging.record_samples and rank == 0:
             forget_samples_after(self.run_dir, step)  # steps past the checkpoint are trained again now
         self.progress = RunProgress(resumed_from=resumed, last_saved=resumed)
-        peak = cfg.logging.peak_flops or measured_peak_flops(self.components.device)
-        self.meter = IntervalMeter(nd.get_world_size(), rank, self.components.device, peak)
+        run = self.components
+        peak = cfg.logging.peak_flops or measured_peak_flops(run.device)
+        self.meter = IntervalMeter(nd.get_world_size(), rank, run.device, peak, run.placement.dp_size)
         hosts = nd.all_gather_object(socket.gethostname())
         self.watch = StragglerWatch(hosts, cfg.logging.straggler_threshold, cfg.logging.straggler_intervals)
 

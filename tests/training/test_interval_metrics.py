@@ -13,7 +13,9 @@ every rank's compute time has its own column.
 import pytest
 
 from tests.helpers.cli import cli
+from tests.helpers.gpt_corpus import make_corpus
 from tests.helpers.run_outputs import metrics
+from tests.helpers.trainer_runs import gpt_args
 
 pytestmark = pytest.mark.multiprocess  # runs the CLI
 
@@ -56,3 +58,21 @@ def test_two_ranks_log_each_ranks_compute_time_and_the_whole_jobs_flops(tmp_path
         # each rank computes half the batch; rank 0's count, times 2 ranks, is the whole step's
         assert row["perf/flops_per_s"] * row["perf/step_s"] == pytest.approx(HAND_FLOPS, rel=1e-9), row
         assert row["perf/mfu"] == pytest.approx(row["perf/flops_per_s"] / 2e9, rel=1e-9)
+
+
+@pytest.mark.timeout(300)
+def test_sharded_layouts_count_the_same_flops_per_step_as_one_process(tmp_path):
+    """A tiny GPT: FSDP x2 (each rank computes half the batch) and TP x2 (DTensor ops counted
+    whole on rank 0) report the FLOPs of one process's step (float64: the counts are exact)."""
+    corpus = make_corpus(tmp_path / "gpt")
+    per_step = {}
+    for name, layout in {"one": [], "fsdp2": ["parallel.dp_shard=2"], "tp2": ["parallel.tp=2"]}.items():
+        procs = ["--nproc-per-node", "2"] if layout else []
+        run = tmp_path / name
+        settings = ["training.steps=4", "logging.every_steps=2", "logging.peak_flops=1e9", f"run.dir={run}"]
+        proc = cli("train", *gpt_args(corpus), *settings, *layout, *procs)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        rows = [r for r in metrics(run, perf=True) if "perf/flops_per_s" in r]
+        per_step[name] = rows[-1]["perf/flops_per_s"] * rows[-1]["perf/step_s"]
+    assert per_step["fsdp2"] == pytest.approx(per_step["one"], rel=1e-9), per_step
+    assert per_step["tp2"] == pytest.approx(per_step["one"], rel=1e-9), per_step
