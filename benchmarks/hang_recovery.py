@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from memory_limit import launcher  # benchmarks/ is on sys.path when a script here runs
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -35,17 +37,7 @@ def one_round(root: Path, timeout: float) -> float:
         "logging.progress=false",
         "logging.tensorboard=false",
     ]
-    command = [
-        sys.executable,
-        "-m",
-        "neural_arch.distributed.launcher",
-        "--nproc_per_node=2",
-        "--max_restarts=1",
-        str(HERE / "hang_recovery_rank.py"),
-        str(out),
-        "--set",
-        *settings,
-    ]
+    command = launcher(2, 1, str(HERE / "hang_recovery_rank.py"), str(out), "--set", *settings)
     proc = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if proc.returncode != 0 or not (out / "recovered").exists():
         raise SystemExit(f"the round did not recover:\n{proc.stderr[-3000:]}")

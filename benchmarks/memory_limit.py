@@ -62,6 +62,18 @@ def train_args(args: argparse.Namespace, run_dir: Path, corpus: Path) -> list[st
     return ["--set", *settings]
 
 
+def launcher(ranks: int, restarts: int, *program: str) -> list[str]:
+    """The launcher command every benchmark job here runs (``python -m neural_arch.distributed.launcher``)."""
+    return [
+        sys.executable,
+        "-m",
+        "neural_arch.distributed.launcher",
+        f"--nproc_per_node={ranks}",
+        f"--max_restarts={restarts}",
+        *program,
+    ]
+
+
 def make_corpus(root: Path) -> Path:
     """A byte corpus at ``root/corpus`` from a snapshot of this package's sources (``root/source``:
     a copy, so editing the package meanwhile does not make the corpus stale)."""
@@ -77,12 +89,9 @@ def run_job(
     layout = LAYOUTS[name] if layout is None else layout
     tag, out = uuid.uuid4().hex[:8], root / f"out_{len(name)}_{uuid.uuid4().hex[:4]}"
     run_dir = root / name.replace(" ", "_")
-    command = [
-        sys.executable,
-        "-m",
-        "neural_arch.distributed.launcher",
-        f"--nproc_per_node={ranks}",
-        "--max_restarts=0",
+    command = launcher(
+        ranks,
+        0,
         "--no-python",
         str(HERE / "limited_rank.sh"),
         str(limit),
@@ -90,7 +99,7 @@ def run_job(
         tag,
         *train_args(args, run_dir, root / "corpus"),
         *(["--set", *layout] if layout else []),
-    ]
+    )
     started = time.monotonic()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE), PYTHON=sys.executable)
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)

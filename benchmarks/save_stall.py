@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from memory_limit import make_corpus  # benchmarks/ is on sys.path when a script here runs
+from memory_limit import launcher, make_corpus  # benchmarks/ is on sys.path when a script here runs
 
 HERE = Path(__file__).resolve().parent
 
@@ -50,17 +50,7 @@ def stalls(args: argparse.Namespace, root: Path, background: bool) -> list[float
         "logging.tensorboard=false",
         *args.layout,
     ]
-    command = [
-        sys.executable,
-        "-m",
-        "neural_arch.distributed.launcher",
-        "--nproc_per_node=2",
-        "--max_restarts=0",
-        str(HERE / "save_stall_rank.py"),
-        str(out),
-        "--set",
-        *settings,
-    ]
+    command = launcher(2, 0, str(HERE / "save_stall_rank.py"), str(out), "--set", *settings)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
     if proc.returncode != 0:

@@ -19,11 +19,10 @@ from typing import Any
 import torch
 
 from neural_arch.distributed.checkpoint import has_shards, load_checkpoint
+from neural_arch.distributed.checkpoint.shards import SHARDS
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.task import Task
 from neural_arch.training.typed_config import ConfigError
-
-SHARDS = "shards"
 
 
 def init_weights_from(components: TrainingComponents, path: str) -> int:

@@ -44,7 +44,7 @@ def parameter_indices(model: nn.Module) -> dict[str, int]:
 
 def pipeline_model_state(view: nn.Module, group: dist.ProcessGroup) -> dict[str, Any]:
     """The whole model's state on pipeline rank 0 of ``group`` (an empty dict elsewhere)."""
-    _reshard(view)
+    reshard_stages(view)
     mine = {k: v.cpu() for k, v in get_model_state_dict(view, options=_EVERY_RANK).items()}
     full: dict[str, Any] = {}
     for part in _gather(mine, group):
@@ -56,7 +56,7 @@ def pipeline_optimizer_state(
     view: nn.Module, optimizer: torch.optim.Optimizer, group: dist.ProcessGroup, indices: dict[str, int]
 ) -> dict[str, Any]:
     """The whole model's optimizer state, keyed by index, on pipeline rank 0 of ``group`` ({} elsewhere)."""
-    _reshard(view)
+    reshard_stages(view)
     optim = get_optimizer_state_dict(view, optimizer, options=_EVERY_RANK)
     if len(optim["param_groups"]) != 1:
         raise ValueError(
@@ -86,7 +86,7 @@ def load_pipeline_state(
     optim_state: dict[str, Any],
 ) -> None:
     """Load a full single-process state into this rank's stages and the optimizer over them."""
-    _reshard(view)
+    reshard_stages(view)
     mine = view.state_dict(keep_vars=True).keys()
     set_model_state_dict(view, {k: model_state[k] for k in mine}, options=_EVERY_RANK)
     names = {id(p): name for name, p in view.named_parameters()}
@@ -98,7 +98,7 @@ def load_pipeline_state(
 
 def pipeline_shard_state(view: nn.Module, optimizer: torch.optim.Optimizer, indices: dict[str, int]) -> dict[str, Any]:
     """This rank's stages and their optimizer state, by the single-process names, for DCP."""
-    _reshard(view)
+    reshard_stages(view)
     optim = get_optimizer_state_dict(view, optimizer)
     return {"model": get_model_state_dict(view), "optim": _renamed(optim, _canonical(indices))}
 
@@ -127,10 +127,6 @@ def _renamed(optim: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
 
 def reshard_stages(view: nn.Module) -> None:
     """Put every FSDP group of this rank's stages back in shards (before reading or setting state)."""
-    _reshard(view)
-
-
-def _reshard(view: nn.Module) -> None:
     # A stage's root FSDP module keeps its parameters gathered after an evaluation forward;
     # the view bypasses that module's state-dict hooks, so put every group back in shards.
     for module in view.modules():

@@ -6,10 +6,9 @@ Rank 1 SIGSTOPs itself in its forward at step 3 (tests/scripts/train_stop_in_ddp
 times out inside DDP's gradient all-reduce, not in a collective of the script's own. Before the
 launcher stops the group, every worker writes its threads' stacks into its rank log; the summary
 of the failed attempt names rank 1 as the one that did not arrive and shows where its main thread
-was (the script's forward), and the restarted attempt trains to the end.
+was (the script's forward), and the restarted attempt trains to the end. How long the recovery
+takes is measured, not asserted: benchmarks/hang_recovery.py.
 """
-
-import time
 
 import pytest
 
@@ -24,17 +23,14 @@ pytestmark = pytest.mark.multiprocess  # launches ranks
 def test_the_stopped_rank_is_named_with_its_stack_and_the_job_restarts(tmp_path):
     run, logs = tmp_path / "run", tmp_path / "logs"
     args = [*BASE, "--set", f"run.dir={run}", "training.steps=6", "training.timeout=10"]
-    started = time.monotonic()
     proc = launch(
         "--nproc_per_node=2", "--max_restarts=1", f"--log_dir={logs}", str(SCRIPTS / "train_stop_in_ddp.py"), *args
     )
-    elapsed = time.monotonic() - started
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "did not arrive: rank 1" in out, out
     rank1 = (logs / "rank_1.log").read_text()
     assert "most recent call first" in rank1 and "train_stop_in_ddp.py" in rank1, rank1[-3000:]
-    assert elapsed < 90, f"took {elapsed:.0f} s"
 
 
 @pytest.mark.timeout(180)

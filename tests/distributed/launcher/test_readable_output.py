@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -31,21 +30,19 @@ TORCH_LOG_LINE = re.compile(r"^[EW]\d{4} ", re.M)
 WRAPPER_FRAMES = ("launcher/worker.py", "program.py", "runpy", "torch/distributed/elastic")
 
 
-def run_bug(tmp_path: Path, *options: str) -> tuple[str, float]:
-    """The whole output (stdout, then stderr) of the launcher running BUG on 2 workers, and its seconds."""
+def run_bug(tmp_path: Path, *options: str) -> str:
+    """The whole output (stdout, then stderr) of the launcher running BUG on 2 workers."""
     script = tmp_path / "bug.py"
     script.write_text(BUG)
-    start = time.monotonic()
     proc = launch("--nproc_per_node=2", *options, str(script), timeout=90)
-    elapsed = time.monotonic() - start
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    return proc.stdout + proc.stderr, elapsed
+    return proc.stdout + proc.stderr
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 def test_a_deterministic_bug_shows_its_traceback_at_most_three_times_without_launcher_frames(tmp_path):
-    out, elapsed = run_bug(tmp_path)
+    out = run_bug(tmp_path)
     # Attempt 0 shows it (per rank that got to raise), attempt 1 names it, the summary quotes it once.
     assert 2 <= out.count(HEADER) <= 3, out
     assert 2 <= len(KEY_ERROR.findall(out)) <= 3, out
@@ -61,13 +58,12 @@ def test_a_deterministic_bug_shows_its_traceback_at_most_three_times_without_lau
     assert not TORCH_LOG_LINE.search(out), out
     summary = out[out.index("neural_arch launcher: job failed after 2 attempt(s)") :]
     assert summary.count(HEADER) == 1 and "(traceback):" in summary, summary
-    assert elapsed < 15, f"took {elapsed:.1f} s"
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 def test_verbose_shows_torch_elastic_log_lines(tmp_path):
-    out, _ = run_bug(tmp_path, "--verbose")
+    out = run_bug(tmp_path, "--verbose")
     assert TORCH_LOG_LINE.search(out), out
     assert "closing signal SIGTERM" in out or "failed (exitcode: 1)" in out, out
     assert "runpy" not in out and "launcher/worker.py" not in out  # --verbose is about torch's lines only
