@@ -15,7 +15,7 @@ import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ContextManager, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 import torch
 from torch import nn
@@ -203,13 +203,13 @@ class Placement:
 def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
     """DDP over every rank, or the config's ``parallel:`` layout applied to the task's model.
 
-    The model is built in host memory (the same random stream as one process: bitwise the same
-    initial weights). A sharded layout moves it to ``device`` only as it shards it: FSDP moves
-    one block at a time and keeps this rank's shard, tensor parallelism distributes each weight,
-    a pipeline moves only this rank's stages; so the device never holds the whole model."""
-    model = task.build_model()
+    DDP builds the model in host memory and moves it to ``device``. A sharded layout builds it
+    deferred (``deferred_init``: no parameter allocated, the random stream consumed as by a plain
+    build) and allocates each part just before sharding it: FSDP one block at a time, tensor
+    parallelism one planned submodule at a time, a pipeline only this rank's stages. So neither
+    host nor device ever holds the whole model, and the initial weights are bitwise one process's."""
     if not layout_active(cfg.parallel):
-        model = model.to(device)
+        model = task.build_model().to(device)
         compression = cfg.ddp if cfg.ddp.compression != "none" else None
         # Gradients as views of DDP's buckets: the averaged bucket is the gradient, with no copy
         # back (34 MB a step on an 8.5M-parameter model) and one gradient-sized buffer less. The
@@ -222,6 +222,7 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
     from neural_arch.distributed import parallel as par
 
     layout = par.validate(cfg.parallel, nd.get_world_size())
+    model, materialize = _build_deferred(task)
     mesh = par.build_mesh(layout, device_type=device.type)
     where = dict(
         dp_rank=par.dp_rank(mesh),
@@ -231,7 +232,7 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
         min_rows=1 if layout.tp > 1 else 0,
     )
     if layout.pp == 1:
-        par.parallelize_model(model, layout, mesh, type(task).parallel_plan())
+        par.parallelize_model(model, layout, mesh, type(task).parallel_plan(), materialize)
         model.to(device)  # what no plan placed (e.g. buffers); the sharded parameters are there already
         return Placement(model, model, **where)
     from neural_arch.training.pipeline_state import parameter_indices
@@ -239,10 +240,26 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
     indices = parameter_indices(model)  # before the stages replace parameters by shards
     # Fixed micro-batch rows: a full global batch's share fills the micro-batches exactly.
     rows = math.ceil(cfg.training.global_batch_size / layout.dp_size / layout.microbatches)
-    runner = par.build_pipeline(model, layout, mesh, type(task).parallel_plan(), task.sample_loss, rows, device)
+    plan = type(task).parallel_plan()
+    runner = par.build_pipeline(model, layout, mesh, plan, task.sample_loss, rows, device, materialize)
     return Placement(
         par.stage_view(runner.modules), par.PipelineForward(runner), **where, pipeline=runner, indices=indices
     )
+
+
+def _build_deferred(task: Task) -> tuple[nn.Module, Callable[[nn.Module], None]]:
+    """The task's model, deferred; a plain build (and a note saying why) where the model's
+    construction writes deferred tensors in a way that cannot be replayed."""
+    from neural_arch.training.deferred_init import build_deferred
+
+    rng = torch.get_rng_state()
+    try:
+        return build_deferred(task.build_model)
+    except NotImplementedError as why:
+        torch.set_rng_state(rng)  # the plain build starts from the same stream
+        if nd.get_rank() == 0:
+            print(f"note: the whole model is built on every rank before sharding ({why})", flush=True)
+        return task.build_model(), lambda module: None
 
 
 def _full(cpu_offload: bool) -> Any:

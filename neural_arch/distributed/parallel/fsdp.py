@@ -22,7 +22,7 @@ the sum once (FSDP2's ``set_requires_gradient_sync``), as DDP's ``no_sync`` does
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 from torch import nn
@@ -56,11 +56,14 @@ def apply_fsdp(
     layout: ParallelLayout,
     blocks: Iterable[nn.Module],
     reshard_after_forward: Optional[bool] = None,
+    materialize: Callable[[nn.Module], None] = lambda module: None,
 ) -> nn.Module:
     """Shard every block, then the root, over the layout's data-parallel ranks; returns ``model``.
 
     ``reshard_after_forward`` (default: the layout's) frees gathered block parameters after
     forward; the root is never resharded after forward, since backward starts with it.
+    ``materialize(part)`` runs just before each part is sharded (a deferred build allocates
+    one block's full tensors, which sharding then frees).
     """
     reshard = layout.reshard_after_forward if reshard_after_forward is None else reshard_after_forward
     common = dict(
@@ -70,7 +73,9 @@ def apply_fsdp(
         shard_placement_fn=shard_dim,
     )
     for block in blocks:
+        materialize(block)
         fully_shard(block, reshard_after_forward=reshard, **common)
+    materialize(model)
     fully_shard(model, reshard_after_forward=False, **common)
     return model
 

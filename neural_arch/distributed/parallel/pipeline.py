@@ -72,12 +72,15 @@ def build_pipeline(
     sample_loss: SampleLoss,
     microbatch_size: int,
     device: Optional[torch.device] = None,
+    materialize: Callable[[nn.Module], None] = lambda module: None,
 ) -> PipelineRunner:
     """This rank's stages of ``model`` with the layout applied, behind a ``PipelineRunner``.
 
     ``sample_loss(output, targets)`` gives per-sample losses [micro-batch] from the last
     stage's output; ``microbatch_size`` is the fixed number of rows per micro-batch (shares
     are padded up to ``layout.microbatches * microbatch_size``, see ``step.py``).
+    ``materialize`` (a deferred build) is called on this rank's stages only: other stages'
+    parameters are never allocated here.
     """
     check_plan(plan, layout, model)
     if layout.pp < 2 or plan is None or plan.stage is None:
@@ -91,7 +94,7 @@ def build_pipeline(
     stages, modules = [], []
     for s in local_stages(pp_rank, layout):
         module = plan.stage(model, split[s], s == 0, s == layout.num_stages - 1)
-        apply_layout(module, layout, mesh, plan, [blocks[i] for i in split[s]], split[s].start)
+        apply_layout(module, layout, mesh, plan, [blocks[i] for i in split[s]], split[s].start, materialize)
         module.to(device)  # only this rank's stages reach the device (the rest stays in host memory, then goes)
         modules.append(module)
         stages.append(PipelineStage(module, s, layout.num_stages, device, group=mesh["pp"].get_group()))

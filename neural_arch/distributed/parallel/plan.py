@@ -22,6 +22,10 @@ from neural_arch.distributed.parallel.fsdp import apply_fsdp, needs_fsdp
 from neural_arch.distributed.parallel.layout import ParallelLayout, validate_model
 from neural_arch.distributed.parallel.tensor import TensorPlan, apply_tensor_parallel
 
+Materialize = Callable[[nn.Module], None]
+"""Gives a module's not yet allocated parameters their values (a deferred build, see
+``neural_arch.training.deferred_init``); called on each part just before it is sharded."""
+
 StageBuilder = Callable[[nn.Module, range, bool, bool], nn.Module]
 """(full model, block indices, holds the first stage's input part, holds the output part) -> stage module."""
 
@@ -68,7 +72,11 @@ def check_plan(plan: Optional[ParallelPlan], layout: ParallelLayout, model: nn.M
 
 
 def parallelize_model(
-    model: nn.Module, layout: ParallelLayout, mesh: DeviceMesh, plan: Optional[ParallelPlan]
+    model: nn.Module,
+    layout: ParallelLayout,
+    mesh: DeviceMesh,
+    plan: Optional[ParallelPlan],
+    materialize: Materialize = lambda module: None,
 ) -> nn.Module:
     """Tensor parallelism, activation checkpointing, then FSDP, each where the layout asks; returns ``model``.
 
@@ -80,7 +88,8 @@ def parallelize_model(
         raise ValueError(f"parallel.pp={layout.pp}: build the stages with build_pipeline, not parallelize_model")
     if layout.activation_checkpointing and plan is None:
         raise ValueError("parallel.activation_checkpointing needs the app's blocks (a parallel plan); set it to 0")
-    return apply_layout(model, layout, mesh, plan, list(plan.blocks(model)) if plan is not None else [])
+    blocks = list(plan.blocks(model)) if plan is not None else []
+    return apply_layout(model, layout, mesh, plan, blocks, materialize=materialize)
 
 
 def apply_layout(
@@ -90,14 +99,18 @@ def apply_layout(
     plan: Optional[ParallelPlan],
     blocks: Sequence[nn.Module],
     first_block: int = 0,
+    materialize: Materialize = lambda module: None,
 ) -> nn.Module:
     """Apply the layout's tp, checkpointing and FSDP to ``module`` whose blocks are ``blocks``
-    (global indices from ``first_block``, which "every k-th block" counts)."""
+    (global indices from ``first_block``, which "every k-th block" counts). ``materialize`` is
+    called on each submodule just before it is sharded, then on ``module`` for the rest, so a
+    deferred build never holds more than one part's full tensors."""
     if layout.tp > 1:
         assert plan is not None and plan.tensor_plan is not None  # check_plan said so
-        apply_tensor_parallel(module, mesh, plan.tensor_plan(module), layout.sequence_parallel)
+        apply_tensor_parallel(module, mesh, plan.tensor_plan(module), layout.sequence_parallel, materialize)
     if layout.activation_checkpointing:
         apply_activation_checkpointing(blocks, layout.activation_checkpointing, first_block)
     if needs_fsdp(layout):
-        apply_fsdp(module, mesh, layout, blocks)
+        apply_fsdp(module, mesh, layout, blocks, materialize=materialize)
+    materialize(module)
     return module

@@ -18,8 +18,9 @@ row-wise output reduce-scattered, the same bytes as the all-reduce they replace.
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -111,11 +112,17 @@ class FusedColwiseParallel(ParallelStyle):
 
 
 def apply_tensor_parallel(
-    model: nn.Module, mesh: DeviceMesh, plan: TensorPlan, sequence_parallel: bool = False
+    model: nn.Module,
+    mesh: DeviceMesh,
+    plan: TensorPlan,
+    sequence_parallel: bool = False,
+    materialize: Callable[[nn.Module], None] = lambda module: None,
 ) -> nn.Module:
     """Shard ``model``'s submodules over the mesh's ``tp`` dim as ``plan`` says; returns ``model``.
 
     ``sequence_parallel``: also apply ``plan.sequence_parallel`` (a one-line error if it is None).
+    ``materialize(submodule)`` runs just before each planned submodule is sharded (one entry of
+    the plan at a time, so a deferred build holds one submodule's full weights at a time).
     """
     tp = mesh["tp"] if mesh.mesh_dim_names and "tp" in mesh.mesh_dim_names else mesh
     styles = dict(plan.styles)
@@ -126,7 +133,11 @@ def apply_tensor_parallel(
                 "styles; set sequence_parallel=false"
             )
         styles.update(plan.sequence_parallel)
-    parallelize_module(model, tp, styles)
+    for path, style in styles.items():
+        for name, submodule in model.named_modules():
+            if _matches(name, path):
+                materialize(submodule)
+        parallelize_module(model, tp, {path: style})
     for param in model.parameters():
         if isinstance(param, DTensor) and all(isinstance(p, Replicate) for p in param.placements):
             param.register_post_accumulate_grad_hook(_complete_grad)
@@ -138,6 +149,12 @@ def apply_tensor_parallel(
                 "made them two; shard both alike or neither"
             )
     return model
+
+
+def _matches(name: str, path: str) -> bool:
+    """``name`` is a module that ``parallelize_module`` resolves ``path`` to (atoms may be patterns)."""
+    atoms, parts = path.split("."), name.split(".") if name else []
+    return len(atoms) == len(parts) and all(fnmatch.fnmatch(part, atom) for part, atom in zip(parts, atoms))
 
 
 def _complete_grad(param: nn.Parameter) -> None:
