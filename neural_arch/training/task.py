@@ -177,5 +177,11 @@ class Task:
         """The final metrics worth a line in the end-of-run summary (default: all)."""
         return final
 
+    REPORT_ON_EVERY_RANK: ClassVar[bool] = False
+    """True: ``report`` runs on every rank with the trained model as placed (sharded layouts: each
+    forward is a collective, so every rank must make the same calls; write files on rank 0 only),
+    and the whole model is never gathered. False: rank 0 alone gets the whole model, gathered."""
+
     def report(self, run_dir: Path, model: nn.Module, final: dict[str, float], throughput: dict[str, float]) -> None:
-        """Rank 0, after training: write task-specific outputs (plots, report.md)."""
+        """After training: write task-specific outputs (plots, report.md). Rank 0 only, with the
+        whole model; or every rank with the placed model where ``REPORT_ON_EVERY_RANK``."""

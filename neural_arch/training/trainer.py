@@ -252,31 +252,32 @@ class Trainer:
         if final and not already:  # the last step's row holds them already
             self.report.metrics(run.step, final)
         self.report.close()
-        run.release_training_state()  # saved already; frees room for the report's whole model
-        whole = run.placement.whole_model(run.task)  # collective for sharded layouts
+        run.release_training_state()  # saved already; frees room for the report
+        throughput = {
+            "processes": float(nd.get_world_size()),
+            "samples_per_s": progress.samples / max(train_seconds, 1e-9),
+            "train_seconds": train_seconds,
+            "steps": float(len(times)),
+        }
+        placement = run.placement
+        if run.task.REPORT_ON_EVERY_RANK and placement.sharded and placement.pipeline is None:
+            run.task.report(self.run_dir, placement.plain, final, throughput)  # collective forwards, no gather
+        else:
+            whole = placement.whole_model(run.task)  # collective for sharded layouts
+            if nd.get_rank() == 0:
+                run.task.report(self.run_dir, whole, final, throughput)
         if nd.get_rank() == 0:
-            throughput = {
-                "processes": float(nd.get_world_size()),
-                "samples_per_s": progress.samples / max(train_seconds, 1e-9),
-                "train_seconds": train_seconds,
-                "steps": float(len(times)),
-            }
-            self._write_outputs(whole, final, throughput, per_rank)
+            self._write_outputs(final, throughput, per_rank)
             self.report.end_tracking(finished=True)
         return final
 
     def _write_outputs(
-        self,
-        whole: torch.nn.Module,
-        final: dict[str, float],
-        throughput: dict[str, float],
-        per_rank: list[tuple[float, float]],
+        self, final: dict[str, float], throughput: dict[str, float], per_rank: list[tuple[float, float]]
     ) -> None:
-        """Rank 0: loss plot, the task's report, summary.txt/summary.json, the summary on stdout."""
+        """Rank 0, after the task's report: loss plot, summary.txt/summary.json, the summary on stdout."""
         run_dir, task = self.run_dir, self.components.task
         if (run_dir / "metrics.jsonl").exists():
             plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png")
-        task.report(run_dir, whole, final, throughput)
         seconds, world = throughput["train_seconds"], nd.get_world_size()
         summary = format_summary(task.summary_metrics(final), seconds, self.progress.samples, per_rank, world)
         summary += f"\n{self.watch.summary()}" if self.watch.summary() else ""

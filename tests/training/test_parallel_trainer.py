@@ -75,6 +75,15 @@ def test_layout_equals_one_process(corpus, reference, tmp_path, layout):
     train(tmp_path / "run", corpus, 10, "--set", *layout, procs=procs)
     assert_same_run(tmp_path / "run", reference)
     assert same_samples(tmp_path / "run", reference)
+    # The report's generated text: sharded layouts generate on the placed model on every rank
+    # (never gathered), pipelines from the gathered model; both as one process does.
+    assert generated(tmp_path / "run") == generated(reference)
+
+
+def generated(run: Path) -> str:
+    report = (run / "report.md").read_text()
+    assert "## Samples" in report
+    return report.split("## Samples", 1)[1]
 
 
 def assert_resumed_exactly(run: Path, whole: Path) -> None:

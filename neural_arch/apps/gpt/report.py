@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
+import neural_arch.distributed as nd
 from neural_arch.apps.gpt.model import generate
 
 PROMPTS = (b"def ", b"import os\n", b"class Parser:\n    ")
@@ -42,10 +44,14 @@ def _samples(model: nn.Module) -> list[str]:
     """Text from each prompt (temperature 0.8, one fixed seed), as fenced blocks."""
     was_training = model.training
     model.eval()
+    # A sharded model (FSDP, tensor parallel) gathers and splits in its forward's hooks, which the
+    # key/value cache's own method does not pass through: it generates by whole forwards.
+    cache = not any(isinstance(p, DTensor) for p in model.parameters())
     out = []
     for prompt in PROMPTS:
         gen = torch.Generator(device=next(model.parameters()).device).manual_seed(SAMPLE_SEED)
-        text = (prompt + generate(model, prompt, SAMPLE_BYTES, TEMPERATURE, generator=gen)).decode("utf-8", "replace")
+        new = generate(model, prompt, SAMPLE_BYTES, TEMPERATURE, generator=gen, use_cache=cache)
+        text = (prompt + new).decode("utf-8", "replace")
         out += [f"Prompt {prompt.decode()!r}:", "", "~~~~", text.replace("~~~~", "~ ~ ~ ~"), "~~~~", ""]
     model.train(was_training)
     return out
@@ -54,7 +60,12 @@ def _samples(model: nn.Module) -> list[str]:
 def write_report(
     run_dir: Path, task: Any, model: nn.Module, final: dict[str, float], throughput: dict[str, float]
 ) -> Path:
-    """Write report.md and return its path."""
+    """Write report.md (rank 0) and return its path. Every rank that calls it generates the samples
+    alike: with a sharded model each forward is a collective."""
+    samples = _samples(model)
+    path = run_dir / "report.md"
+    if nd.get_rank() != 0:
+        return path
     cfg, bpb = task.cfg, final["val/bpb"]
     bigram = final.get("val/baseline/bigram_bpb", math.inf)
     verdict = "below" if bpb < bigram else "NOT below"
@@ -82,9 +93,8 @@ def write_report(
         "",
         f"## Samples ({SAMPLE_BYTES} bytes each, temperature {TEMPERATURE}, seed {SAMPLE_SEED})",
         "",
-        *_samples(model),
+        *samples,
     ]
-    path = run_dir / "report.md"
     path.write_text("\n".join(lines))
     print(f"report: {path} (validation {bpb:.4f} bits/byte; bigram baseline {bigram:.4f})", flush=True)
     return path

@@ -61,6 +61,7 @@ class GPTTask(Task):
     """Byte-level language modelling with a decoder-only transformer."""
 
     SECTIONS = SECTIONS
+    REPORT_ON_EVERY_RANK = True  # report.py runs the model on every rank: a sharded model is never gathered
 
     @classmethod
     def data_missing(cls, cfg: Any) -> Optional[str]:

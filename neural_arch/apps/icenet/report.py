@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+import neural_arch.distributed as nd
 from neural_arch.apps.icenet.metrics import sic_to_ice
 from neural_arch.apps.icenet.model import ice_probability
 
@@ -60,6 +61,8 @@ def plot_forecast(path: Path, task: Any, model: nn.Module) -> None:
     model.eval()
     prob = ice_probability(model(batch["x"]).float())[0].cpu()
     model.train(was_training)
+    if nd.get_rank() != 0:
+        return  # the forward above is every rank's part; drawing is rank 0's
     truth, land = batch["target_sic"][0].cpu(), task.train.land_mask
     leads = sorted({0, truth.shape[0] - 1})
     fig, axes = plt.subplots(len(leads), 3, figsize=(10, 3.4 * len(leads)), squeeze=False)
@@ -89,9 +92,12 @@ def plot_forecast(path: Path, task: Any, model: nn.Module) -> None:
 def write_report(
     run_dir: Path, task: Any, model: nn.Module, final: dict[str, float], throughput: dict[str, float]
 ) -> Path:
-    """Write report.md (+ forecast.png) and return its path."""
+    """Write report.md (+ forecast.png) on rank 0 and return its path. Every rank that calls it runs
+    the forecast's forward alike: with a sharded model it is a collective."""
     leads = task.cfg.data.leads
     plot_forecast(run_dir / "forecast.png", task, model)
+    if nd.get_rank() != 0:
+        return run_dir / "report.md"
     ours, persistence = mean_accuracy(final, "model", leads), mean_accuracy(final, "persistence", leads)
     verdict = "beats" if ours > persistence else "does NOT beat"
     lines = [

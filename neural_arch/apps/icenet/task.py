@@ -61,6 +61,7 @@ class IceNetTask(Task):
     """Data, model, loss and metrics of the sea-ice forecaster."""
 
     SECTIONS = SECTIONS
+    REPORT_ON_EVERY_RANK = True  # report.py runs the model on every rank: a sharded model is never gathered
 
     @classmethod
     def data_missing(cls, cfg: Any) -> Optional[str]:
