@@ -136,4 +136,6 @@ class GPTStage(nn.Module):
 
 def parallel_plan() -> ParallelPlan:
     """The GPT app's answers for ``neural_arch.distributed.parallel``."""
-    return ParallelPlan(blocks=blocks, tensor_plan=tensor_plan, stage=GPTStage, tied=(TIED,), heads=heads)
+    return ParallelPlan(
+        blocks=blocks, tensor_plan=tensor_plan, stage=GPTStage, tied=(TIED,), heads=heads, forward_methods=("cached",)
+    )

@@ -44,9 +44,9 @@ def _samples(model: nn.Module) -> list[str]:
     """Text from each prompt (temperature 0.8, one fixed seed), as fenced blocks."""
     was_training = model.training
     model.eval()
-    # A sharded model (FSDP, tensor parallel) gathers and splits in its forward's hooks, which the
-    # key/value cache's own method does not pass through: it generates by whole forwards.
-    cache = not any(isinstance(p, DTensor) for p in model.parameters())
+    # FSDP gathers for the key/value-cache method too (the plan's forward_methods); tensor
+    # parallelism splits heads in hooks that method does not pass through: whole forwards there.
+    cache = not any(isinstance(p, DTensor) and "tp" in (p.device_mesh.mesh_dim_names or ()) for p in model.parameters())
     out = []
     for prompt in PROMPTS:
         gen = torch.Generator(device=next(model.parameters()).device).manual_seed(SAMPLE_SEED)

@@ -27,7 +27,14 @@ from typing import Callable, Iterable, Iterator, Optional
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+    register_fsdp_forward_method,
+)
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
 
@@ -57,13 +64,15 @@ def apply_fsdp(
     blocks: Iterable[nn.Module],
     reshard_after_forward: Optional[bool] = None,
     materialize: Callable[[nn.Module], None] = lambda module: None,
+    forward_methods: tuple[str, ...] = (),
 ) -> nn.Module:
     """Shard every block, then the root, over the layout's data-parallel ranks; returns ``model``.
 
     ``reshard_after_forward`` (default: the layout's) frees gathered block parameters after
     forward; the root is never resharded after forward, since backward starts with it.
     ``materialize(part)`` runs just before each part is sharded (a deferred build allocates
-    one block's full tensors, which sharding then frees).
+    one block's full tensors, which sharding then frees). ``forward_methods`` of the blocks and
+    the root (where they have them) gather and free parameters as ``forward`` does.
     """
     reshard = layout.reshard_after_forward if reshard_after_forward is None else reshard_after_forward
     common = dict(
@@ -77,6 +86,10 @@ def apply_fsdp(
         fully_shard(block, reshard_after_forward=reshard, **common)
     materialize(model)
     fully_shard(model, reshard_after_forward=False, **common)
+    for module in [*blocks, model]:
+        for method in forward_methods:
+            if hasattr(module, method):
+                register_fsdp_forward_method(module, method)
     return model
 
 

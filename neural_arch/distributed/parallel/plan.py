@@ -48,6 +48,9 @@ class ParallelPlan:
     """Groups of parameter names that are one tensor in the model (e.g. embedding and head)."""
     heads: Optional[Callable[[nn.Module], int]] = None
     """The model's attention head count, which tensor parallelism must divide."""
+    forward_methods: tuple[str, ...] = ()
+    """Methods other than ``forward`` that run the model or a block (e.g. a key/value-cache step):
+    FSDP gathers the parameters for them too."""
 
 
 def check_plan(plan: Optional[ParallelPlan], layout: ParallelLayout, model: nn.Module, app: str = "this app") -> None:
@@ -111,6 +114,7 @@ def apply_layout(
     if layout.activation_checkpointing:
         apply_activation_checkpointing(blocks, layout.activation_checkpointing, first_block)
     if needs_fsdp(layout):
-        apply_fsdp(module, mesh, layout, blocks, materialize=materialize)
+        methods = plan.forward_methods if plan is not None else ()
+        apply_fsdp(module, mesh, layout, blocks, materialize=materialize, forward_methods=methods)
     materialize(module)
     return module
