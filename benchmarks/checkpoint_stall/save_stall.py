@@ -1,10 +1,11 @@
 """How long a checkpoint save stops training, synchronous against asynchronous, on a large model.
 
-Run: ``.venv/bin/python benchmarks/save_stall.py [--d-model 768 --layers 14 --layout parallel.dp_shard=2]``
+Run: ``.venv/bin/python -m benchmarks.checkpoint_stall.save_stall``
+[``--d-model 768 --layers 14 --layout parallel.dp_shard=2``]
 
-The byte-level GPT of benchmarks/memory_limit.py (99M parameters at the defaults) trains 8
+The byte-level GPT of benchmarks/memory/memory_limit.py (99M parameters at the defaults) trains 8
 steps on 2 gloo ranks with a checkpoint every 2 steps, once with ``checkpoint.async_save=false``
-and once with it on (benchmarks/save_stall_rank.py times every save call of the loop; in the
+and once with it on (benchmarks/checkpoint_stall/save_stall_rank.py times every save call of the loop; in the
 asynchronous mode a save first waits for the previous one, so a write slower than 2 steps would
 show here). Prints each mode's median stall per save (the slower rank's) and their ratio; the
 target is at most 10% of the synchronous stall.
@@ -21,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from memory_limit import launcher, make_corpus  # benchmarks/ is on sys.path when a script here runs
+from benchmarks.common.jobs import launcher, make_corpus
 
 HERE = Path(__file__).resolve().parent
 
@@ -51,7 +52,7 @@ def stalls(args: argparse.Namespace, root: Path, background: bool) -> list[float
         *args.layout,
     ]
     command = launcher(2, 0, str(HERE / "save_stall_rank.py"), str(out), "--set", *settings)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
     if proc.returncode != 0:
         raise SystemExit(f"the {'asynchronous' if background else 'synchronous'} run failed:\n{proc.stderr[-3000:]}")

@@ -1,6 +1,6 @@
 """A training rank that times how long each checkpoint save holds up training: ``save_stall_rank.py OUT TRAIN_ARGS...``.
 
-Started by benchmarks/save_stall.py under the launcher, never by hand. Wraps
+Started by benchmarks/checkpoint_stall/save_stall.py under the launcher, never by hand. Wraps
 ``CheckpointWriter.save`` (which, in the background mode, first waits for the previous save)
 and trains like ``neural-arch train TRAIN_ARGS``; writes ``OUT/rank_<R>.json``: the seconds of
 every save call the loop made (the step's own save, not the wait at the very end of the run).

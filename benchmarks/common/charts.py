@@ -35,7 +35,7 @@ def memory_chart(rows: dict[str, dict[str, float]], path: str) -> None:
     for ax in (left, right):
         ax.set_ylabel("MiB on the largest rank")
         _slant(ax)
-    fig.suptitle("GPT d128 x 8 blocks, ctx 128, global batch 16, float32 (benchmarks/memory.py)")
+    fig.suptitle("GPT d128 x 8 blocks, ctx 128, global batch 16, float32 (benchmarks/memory/memory.py)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -65,7 +65,9 @@ def pipeline_chart(rows: list[dict[str, Any]], path: str) -> None:
         ax.set_ylabel("idle fraction of the step (mean over ranks)")
         ax.set_title(f"pp={pp}" + (" (4 processes on 2 cores: oversubscribed)" if pp > 2 else ""))
         ax.legend(fontsize=7)
-    fig.suptitle("Pipeline bubble: GPT d256 x 8 blocks, ctx 128, 4 sequences per micro-batch (benchmarks/pipeline.py)")
+    fig.suptitle(
+        "Pipeline bubble: GPT d256 x 8 blocks, ctx 128, 4 sequences per micro-batch (benchmarks/pipeline/pipeline.py)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -1,15 +1,15 @@
 """Gradient compression vs raw torch DDP on a communication-bound MLP, 2 ranks x 1 thread, gloo.
 
-Run: ``.venv/bin/python benchmarks/compression.py --link-gbit 5``  (320 steps, ~7 min; the
+Run: ``.venv/bin/python -m benchmarks.compression.compression --link-gbit 5``  (320 steps, ~7 min; the
      issue's communication-bound case: two hosts on 5 Gb/s links, a 34 MB all-reduce ~53 ms)
-     ``.venv/bin/python benchmarks/compression.py``  (this machine's own loopback)
-     ``.venv/bin/python benchmarks/compression.py --collectives``  (the all-reduce/all-gather
+     ``.venv/bin/python -m benchmarks.compression.compression``  (this machine's own loopback)
+     ``.venv/bin/python -m benchmarks.compression.compression --collectives``  (the all-reduce/all-gather
      cost of one model-sized gradient in fp32, fp16 and bf16 on gloo)
-     ``.venv/bin/python benchmarks/compression.py --overhead``  (the compression work alone:
+     ``.venv/bin/python -m benchmarks.compression.compression --overhead``  (the compression work alone:
      one process, where nothing is sent, with and without ``gradient_as_bucket_view``)
      ``--cpu-bind none`` leaves the ranks to the OS (default: a core each, as our launcher binds them)
      ``--link-gbit 10`` limits the exchange as if each rank's host had a 10 Gb/s link (shaped_link.py)
-     ``--schedule constant --lr 0.01`` the constant-lr runs A-J of benchmarks/README.md
+     ``--schedule constant --lr 0.01`` the constant-lr runs of HISTORY.md
 
 Every setting trains its own copy of the same MLP (64 -> 2048 -> 2048 -> 2048 -> 10, 8.55 M
 parameters, 34 MB of fp32 gradients per step) from the same initial weights on the same
@@ -38,11 +38,12 @@ import time
 
 import torch
 import torch.distributed as dist
-from shaped_link import add_link_option, describe, rerun_on_shaped_link  # benchmarks/ is on sys.path here
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
-from two_ranks import load_average, on_ranks, on_two_ranks
 
+from benchmarks.common.mlp import IN, OUT, make_model
+from benchmarks.common.two_ranks import load_average, on_ranks, on_two_ranks
+from benchmarks.compression.shaped_link import add_link_option, describe, rerun_on_shaped_link
 from neural_arch.distributed import DistributedDataParallel
 from neural_arch.distributed.data_parallel.compression import Compression, attach
 
@@ -57,7 +58,6 @@ SETTINGS = {
     "torch's PowerSGD r2": None,
 }
 """The fixed settings; ``--powersgd`` adds our PowerSGD at the ranks and warm-ups it lists."""
-IN, OUT = 64, 10
 BOUND = "no communication"
 """Not a training setting: every rank keeps its own gradient (a hook that sends nothing; bucket
 view on). The fastest any compression could be; its loss is not comparable."""
@@ -81,19 +81,6 @@ def torch_powersgd(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futur
 
 def keep_local(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     return completed(bucket.buffer())
-
-
-def make_model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Linear(IN, 2048),
-        nn.ReLU(),
-        nn.Linear(2048, 2048),
-        nn.ReLU(),
-        nn.Linear(2048, 2048),
-        nn.ReLU(),
-        nn.Linear(2048, OUT),
-    )
 
 
 def global_batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:

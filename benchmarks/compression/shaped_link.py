@@ -56,7 +56,10 @@ def rerun_on_shaped_link(args: Namespace) -> None:
         f"ip link set lo up && tc qdisc add dev lo root tbf rate {2 * gbit:g}gbit burst 4mb latency 50ms "
         '&& exec "$0" "$@"'
     )
-    status = subprocess.call(["unshare", "--net", *user, "sh", "-c", setup, sys.executable, *sys.argv, MARK])
+    spec = getattr(sys.modules["__main__"], "__spec__", None)  # None when started as a file path
+    program = ["-m", spec.name] if spec is not None else [sys.argv[0]]  # a module reruns as one: its imports hold
+    command = [sys.executable, *program, *sys.argv[1:], MARK]
+    status = subprocess.call(["unshare", "--net", *user, "sh", "-c", setup, *command])
     if status == 1 and os.geteuid() != 0:
         print("--link-gbit: could not shape a private loopback (needs root or user namespaces)", file=sys.stderr)
     sys.exit(status)

@@ -1,6 +1,6 @@
 """A training rank that reports its memory: ``limited_rank.py LIMIT_BYTES OUT_DIR TAG TRAIN_ARGS...``.
 
-Started by benchmarks/limited_rank.sh, which has already put this process in its own memory
+Started by benchmarks/memory/limited_rank.sh, which has already put this process in its own memory
 cgroup (``/sys/fs/cgroup/memory/neural_arch_<TAG>_rank<R>``, hard limit LIMIT_BYTES). Trains like
 ``neural-arch train TRAIN_ARGS``; on the way out (not when the limit kills it) writes
 ``OUT_DIR/rank_<R>.json``: its peak resident memory (``VmHWM``) and the cgroup's peak usage.

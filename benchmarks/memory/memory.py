@@ -1,6 +1,6 @@
 """Per-rank memory and step time of a GPT on each parallel layout, checkpointing on and off.
 
-Run: ``.venv/bin/python benchmarks/memory.py [--rounds 9 --steps 2 --png benchmarks/memory.png]``
+Run: ``.venv/bin/python -m benchmarks.memory.memory [--rounds 9 --steps 2 --png PATH]``
 
 One job per world size (1, 2, 4 gloo processes, 1 thread each) builds all its layouts
 (GPT d_model 128, 8 blocks, 4 heads, context 128, float32, global batch 16 sequences),
@@ -21,14 +21,15 @@ import contextlib
 import functools
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import torch.distributed as dist
-from charts import memory_chart
-from gpt_layouts import Case, Run, Shape, build_run, time_steps  # benchmarks/ is on sys.path when a script here runs
-from memory_count import SavedBytes, state_bytes
-from two_ranks import load_average, on_ranks
 
+from benchmarks.common.charts import memory_chart
+from benchmarks.common.gpt_layouts import Case, Run, Shape, build_run, time_steps
+from benchmarks.common.two_ranks import load_average, on_ranks
+from benchmarks.memory.memory_count import SavedBytes, state_bytes
 from neural_arch.distributed.parallel import ParallelLayout as L
 
 JOBS: dict[int, list[Case]] = {
@@ -152,7 +153,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--steps", type=int, default=2, help="steps per layout per round")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--png", default="benchmarks/memory.png")
+    parser.add_argument("--png", default=str(Path(__file__).with_name("memory.png")))
     parser.add_argument("--worlds", type=int, nargs="+", default=list(JOBS), help="which jobs to run (world sizes)")
     args = parser.parse_args()
     before = load_average()  # taken before our own processes start

@@ -1,12 +1,12 @@
 """A GPT whose training state does not fit one rank's memory limit trains on FSDP x2, not on DDP x2.
 
-Run (as root, cgroup v1): ``.venv/bin/python benchmarks/memory_limit.py [--limit-gib 1.25]
+Run (as root, cgroup v1): ``.venv/bin/python -m benchmarks.memory.memory_limit [--limit-gib 1.25]
 [--d-model 768 --layers 14 --steps 10]``
 
 Both jobs train the same byte-level GPT (about 99M parameters at the defaults: fp32 weights,
 gradients and AdamW's two moments make 1.58 GB of training state) for ``--steps`` steps on 2
 gloo ranks and save at the end. Every rank process runs in its own memory cgroup whose hard
-limit (``--limit-gib``) is below that full state (benchmarks/limited_rank.sh). DDP keeps
+limit (``--limit-gib``) is below that full state (benchmarks/memory/limited_rank.sh). DDP keeps
 the whole state on every rank and must be killed; FSDP x2 keeps half of it per rank and must
 finish with its checkpoint written. Prints the limit, each rank's peak resident memory
 (``VmHWM``) and the outcome; exits 1 if either outcome differs. Validation uses one global
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,9 +26,8 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from limited_rank import CGROUP_ROOT, cgroup_path  # benchmarks/ is on sys.path when a script here runs
-
-from neural_arch.apps.gpt.corpus import create_corpus
+from benchmarks.common.jobs import launcher, make_corpus
+from benchmarks.memory.limited_rank import CGROUP_ROOT, cgroup_path
 from neural_arch.apps.gpt.model import GPT, count_parameters
 
 HERE = Path(__file__).resolve().parent
@@ -62,25 +60,6 @@ def train_args(args: argparse.Namespace, run_dir: Path, corpus: Path) -> list[st
     return ["--set", *settings]
 
 
-def launcher(ranks: int, restarts: int, *program: str) -> list[str]:
-    """The launcher command every benchmark job here runs (``python -m neural_arch.distributed.launcher``)."""
-    return [
-        sys.executable,
-        "-m",
-        "neural_arch.distributed.launcher",
-        f"--nproc_per_node={ranks}",
-        f"--max_restarts={restarts}",
-        *program,
-    ]
-
-
-def make_corpus(root: Path) -> Path:
-    """A byte corpus at ``root/corpus`` from a snapshot of this package's sources (``root/source``:
-    a copy, so editing the package meanwhile does not make the corpus stale)."""
-    shutil.copytree(HERE.parent / "neural_arch", root / "source", ignore=shutil.ignore_patterns("__pycache__"))
-    return create_corpus(root / "corpus", [str(root / "source")], 0.05, 64)
-
-
 def run_job(
     name: str, args: argparse.Namespace, root: Path, limit: int, layout: Optional[list[str]] = None, ranks: int = 2
 ) -> dict:
@@ -101,7 +80,7 @@ def run_job(
         *(["--set", *layout] if layout else []),
     )
     started = time.monotonic()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE), PYTHON=sys.executable)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON=sys.executable)
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
     seconds = time.monotonic() - started
     records = []

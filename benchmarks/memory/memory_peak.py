@@ -1,9 +1,9 @@
 """The real peak memory of every rank process, per parallel layout, at two model sizes.
 
-Run (as root for the cgroups; without a limit that binds): ``.venv/bin/python benchmarks/memory_peak.py
-[--sizes 256x8 768x14 --steps 4 --png benchmarks/memory_peak.png]``
+Run (as root for the cgroups; without a limit that binds): ``.venv/bin/python -m benchmarks.memory.memory_peak
+[--sizes 256x8 768x14 --steps 4 --png PATH]``
 
-Each layout trains the byte-level GPT of benchmarks/memory_limit.py for ``--steps`` steps and
+Each layout trains the byte-level GPT of benchmarks/memory/memory_limit.py for ``--steps`` steps and
 saves (synchronously); every rank process's peak resident memory (``VmHWM``: interpreter, torch,
 model, training state, activations, the save) is read when it exits. Layouts: DDP x2, FSDP x2,
 FSDP x4, FSDP x2 with activation checkpointing, TP x2 and PP x2 (the 4-process one shares the 2
@@ -20,8 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from memory_limit import make_corpus, run_job  # benchmarks/ is on sys.path when a script here runs
-
+from benchmarks.common.jobs import make_corpus
+from benchmarks.memory.memory_limit import run_job
 from neural_arch.apps.gpt.model import GPT, count_parameters
 
 HERE = Path(__file__).resolve().parent

@@ -1,6 +1,6 @@
 """Do two processes get two cores' worth of work here? The ceiling for every 2-process target.
 
-Run: ``.venv/bin/python benchmarks/cores.py [--seconds 4 --rounds 3]``
+Run: ``.venv/bin/python -m benchmarks.overhead.cores [--seconds 4 --rounds 3]``
 
 Three single-threaded kernels, each run for a fixed time by 1 process alone and then by 2
 processes at once (one pinned to each CPU): a pure-Python integer loop (no memory traffic:

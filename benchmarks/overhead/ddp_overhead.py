@@ -1,6 +1,6 @@
 """Step time of neural_arch's DistributedDataParallel vs raw torch DDP, 2 ranks, interleaved.
 
-Run: ``.venv/bin/python benchmarks/ddp_overhead.py [--rounds 7 --steps 20 --width 1024]``
+Run: ``.venv/bin/python -m benchmarks.overhead.ddp_overhead [--rounds 7 --steps 20 --width 1024]``
 
 Both wrappers train identical copies of the same MLP on the same batches in one job; each
 round times ``--steps`` steps of ours, then of raw ``torch.nn.parallel.DistributedDataParallel``
@@ -19,8 +19,8 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
-from two_ranks import on_two_ranks  # benchmarks/ is on sys.path when a script here runs
 
+from benchmarks.common.two_ranks import on_two_ranks
 from neural_arch.distributed import DistributedDataParallel
 
 

@@ -1,6 +1,6 @@
 """Compute per training step of candidate GPT shapes, for sizing configs/gpt.yaml.
 
-Run: ``.venv/bin/python benchmarks/gpt_shapes.py``
+Run: ``.venv/bin/python -m benchmarks.overhead.gpt_shapes``
 
 One process, 1 thread: forward, cross-entropy, backward and an AdamW step on one rank's
 half of the global batch (2 ranks share each batch in configs/gpt.yaml), median of 5 steps

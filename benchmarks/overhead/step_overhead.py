@@ -1,6 +1,6 @@
 """The trainer's own per-step work, without communication: one process, a tiny model.
 
-Run: ``.venv/bin/python benchmarks/step_overhead.py [--rounds 5 --steps 1500]``
+Run: ``.venv/bin/python -m benchmarks.overhead.step_overhead [--rounds 5 --steps 1500]``
 
 On 2 ranks a step includes an all-reduce whose time moves by tens of percent on this
 machine, which hides a change of the trainer's Python work (trainer_overhead.py). Here one
@@ -18,8 +18,8 @@ import tempfile
 import time
 
 import torch
-from trainer_overhead import trainer_run  # benchmarks/ is on sys.path when a script here runs
 
+from benchmarks.overhead.trainer_overhead import trainer_run
 from neural_arch.apps.regression.task import RegressionTask
 from neural_arch.training.config import load_config
 

@@ -1,6 +1,6 @@
 """Our trainer vs a hand-written minimal DDP loop: step time at 2 ranks, interleaved.
 
-Run: ``.venv/bin/python benchmarks/trainer_overhead.py [--rounds 7 --steps 300 --hidden 512]``
+Run: ``.venv/bin/python -m benchmarks.overhead.trainer_overhead [--rounds 7 --steps 300 --hidden 512]``
 
 Both train the same MLP on the same synthetic data with the same global batch on 2 gloo
 ranks (1 thread each). The hand loop is what a careful user writes with raw torch DDP:
@@ -23,8 +23,8 @@ import time
 
 import torch
 import torch.distributed as dist
-from two_ranks import on_two_ranks  # benchmarks/ is on sys.path when a script here runs
 
+from benchmarks.common.two_ranks import on_two_ranks
 from neural_arch.apps.regression.task import RegressionTask
 from neural_arch.training.config import CheckpointConfig, load_config
 from neural_arch.training.trainer import train

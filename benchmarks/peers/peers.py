@@ -1,7 +1,7 @@
 """neural_arch against raw DDP, Lightning Fabric and Accelerate: same model, data, batch, optimizer, 2 ranks.
 
 Run: ``.venv/bin/pip install -e '.[bench]'`` once, then
-     ``.venv/bin/python benchmarks/peers.py [--rounds 3 --mlp-steps 20 --gpt-steps 12]``
+     ``.venv/bin/python -m benchmarks.peers.peers [--rounds 3 --mlp-steps 20 --gpt-steps 12]``
 
 Five commands train the same workload on 2 processes (gloo on 127.0.0.1, 1 thread each),
 each started the way its users start it: a hand-written torchrun + torch DDP script, Lightning
@@ -37,11 +37,10 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from peers_report import chart, report  # benchmarks/ is on sys.path when a script here runs
-from peers_run import Record, clean_env, run_command
-from peers_setup import GPT_CONFIG, GPT_VAL_FRACTION, WORLD, config
-from two_ranks import load_average
-
+from benchmarks.common.two_ranks import load_average
+from benchmarks.peers.peers_report import chart, report
+from benchmarks.peers.peers_run import Record, clean_env, run_command
+from benchmarks.peers.peers_setup import GPT_CONFIG, GPT_VAL_FRACTION, WORLD, config
 from neural_arch.utils.ports import free_port
 
 PEERS = ["raw DDP (torchrun)", "Lightning Fabric", "Accelerate", "ours: bare DDP", "ours: neural-arch train"]
@@ -57,12 +56,22 @@ TRAINER_SETS = [
 
 def command(peer: str, workload: str, steps: int, data: Path, out: Path) -> list[str]:
     """The command line a user of ``peer`` would type for this workload."""
-    py, script = sys.executable, str(Path(__file__).with_name("peers_workers.py"))
+    py, module = sys.executable, "benchmarks.peers.peers_workers"
     args = ["--workload", workload, "--steps", str(steps), "--data", str(data), "--out", str(out)]
     if peer == "raw DDP (torchrun)":
-        return [py, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}", script, "raw", *args]
+        return [
+            py,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={WORLD}",
+            "-m",
+            module,
+            "raw",
+            *args,
+        ]
     if peer == "Lightning Fabric":
-        return [py, script, "fabric", *args]
+        return [py, "-m", module, "fabric", *args]
     if peer == "Accelerate":  # its default port, 29500, is every torch job's default: take a free one
         return [
             py,
@@ -79,12 +88,13 @@ def command(peer: str, workload: str, steps: int, data: Path, out: Path) -> list
             "no",
             "--main_process_port",
             str(free_port()),
-            script,
+            "--module",
+            module,
             "accelerate",
             *args,
         ]
     if peer == "ours: bare DDP":
-        return [py, "-m", "neural_arch.distributed.launcher", f"--nproc_per_node={WORLD}", script, "ours", *args]
+        return [py, "-m", "neural_arch.distributed.launcher", f"--nproc_per_node={WORLD}", "-m", module, "ours", *args]
     path, _, sets = config(workload, steps, str(data))
     cmd = [py, "-m", "neural_arch.cli", "train", "--nproc-per-node", str(WORLD)] + (["--config", path] if path else [])
     for item in sets + TRAINER_SETS + [f"run.dir={out / 'run'}"]:
@@ -116,8 +126,8 @@ def ensure_corpus(data: Path) -> None:
 
 def precompile() -> None:
     """Write the .pyc files of our package and of the benchmark scripts every command imports."""
-    root = Path(__file__).resolve().parent
-    for folder in (root.parent / "neural_arch", root):
+    benchmarks = Path(__file__).resolve().parents[1]
+    for folder in (benchmarks.parent / "neural_arch", benchmarks):
         if not compileall.compile_dir(str(folder), quiet=1):
             raise RuntimeError(f"byte-compiling {folder} failed")
 

@@ -15,7 +15,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display on this machine
 import matplotlib.pyplot as plt
-from peers_run import Record
+
+from benchmarks.peers.peers_run import Record
 
 SKIP = 2
 """Step intervals left out at the start of each run."""
@@ -103,7 +104,7 @@ def chart(records: dict[str, dict[str, list[Optional[Record]]]], base: str, path
             ax.set_ylabel(f"{label} / raw DDP's")
             ax.set_ylim(0, max(ratios) * 1.3)
             ax.set_title(f"{workload}: {label}")
-    fig.suptitle("Same model, data, batch and optimizer on 2 gloo ranks x 1 thread (benchmarks/peers.py)")
+    fig.suptitle("Same model, data, batch and optimizer on 2 gloo ranks x 1 thread (benchmarks/peers/peers.py)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -1,11 +1,12 @@
 """The four hand-written peers of peers.py: raw torch DDP, Lightning Fabric, Accelerate, our bare wrapper.
 
 Run (peers.py does, with these launchers; OMP_NUM_THREADS=1):
-  ``python -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/peers_workers.py raw ARGS``
-  ``python benchmarks/peers_workers.py fabric ARGS``            (Fabric starts rank 1 itself)
-  ``accelerate launch --multi_gpu --num_processes 2 benchmarks/peers_workers.py accelerate ARGS``
-  ``python -m neural_arch.distributed.launcher --nproc_per_node=2 benchmarks/peers_workers.py ours ARGS``
-with ``ARGS = --workload mlp|gpt --steps N --data DIR --out DIR``.
+  ``python -m torch.distributed.run --standalone --nproc_per_node=2 -m benchmarks.peers.peers_workers raw ARGS``
+  ``python -m benchmarks.peers.peers_workers fabric ARGS``            (Fabric starts rank 1 itself)
+  ``accelerate launch --multi_gpu --num_processes 2 --module benchmarks.peers.peers_workers accelerate ARGS``
+  ``python -m neural_arch.distributed.launcher --nproc_per_node=2 -m benchmarks.peers.peers_workers ours ARGS``
+with ``ARGS = --workload mlp|gpt --steps N --data DIR --out DIR``, from the repository root (the
+workers import ``benchmarks.peers.peers_setup``, found there as ``python -m`` finds it).
 
 Each is what a user of that framework writes, following its documentation, around the same
 ``Setup`` (peers_setup.py): wrap, then per step zero_grad, forward, mean loss, backward
@@ -24,7 +25,8 @@ import argparse  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 import torch  # noqa: E402
-from peers_setup import WORLD, Setup, build, global_loss, stamp, write_result  # noqa: E402 - benchmarks/ is on sys.path
+
+from benchmarks.peers.peers_setup import WORLD, Setup, build, global_loss, stamp, write_result  # noqa: E402
 
 PHASES: dict[str, float] = {"launched": LAUNCHED}
 """Rank 0's wall-clock times of its start-up phases (launched, joined the process group), written with its record."""

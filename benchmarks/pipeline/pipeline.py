@@ -1,6 +1,6 @@
 """Idle (bubble) fraction per rank of each pipeline schedule, against theory.
 
-Run: ``.venv/bin/python benchmarks/pipeline.py [--pp 2 4 --micro 2 4 8 --rounds 5 --png benchmarks/pipeline.png]``
+Run: ``.venv/bin/python -m benchmarks.pipeline.pipeline [--pp 2 4 --micro 2 4 8 --rounds 5 --png PATH]``
 
 One gloo job per pipeline size p (p processes, 1 thread each) builds a GPT (d_model 256,
 8 blocks, 4 heads, context 128, float32) with ``build_pipeline`` for every schedule and
@@ -26,15 +26,16 @@ import contextlib
 import functools
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
-from charts import pipeline_chart
-from gpt_layouts import Case, Run, Shape, build_run  # benchmarks/ is on sys.path when a script here runs
 from torch.distributed.pipelining.stage import _PipelineStageBase
-from two_ranks import load_average, on_ranks
 
+from benchmarks.common.charts import pipeline_chart
+from benchmarks.common.gpt_layouts import Case, Run, Shape, build_run
+from benchmarks.common.two_ranks import load_average, on_ranks
 from neural_arch.distributed.parallel import SCHEDULES, ParallelLayout
 
 MICROBATCH_ROWS = 4
@@ -168,7 +169,7 @@ def main() -> None:
     parser.add_argument("--micro", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--png", default="benchmarks/pipeline.png")
+    parser.add_argument("--png", default=str(Path(__file__).with_name("pipeline.png")))
     args = parser.parse_args()
     before = load_average()  # taken before our own processes start
     rows, skipped = [], {}

@@ -1,10 +1,10 @@
 """How long a hung rank costs: from a rank's SIGSTOP inside DDP's all-reduce to the restarted job's first step.
 
-Run: ``.venv/bin/python benchmarks/hang_recovery.py [--rounds 10 --timeout 10]``
+Run: ``.venv/bin/python -m benchmarks.recovery.hang_recovery [--rounds 10 --timeout 10]``
 
 Each round launches 2 gloo ranks (one restart allowed) of the regression MLP with
 ``training.timeout=TIMEOUT`` and a checkpoint every 2 steps; rank 1 SIGSTOPs itself in its forward
-at step 3 while rank 0 waits in DDP's gradient all-reduce (benchmarks/hang_recovery_rank.py).
+at step 3 while rank 0 waits in DDP's gradient all-reduce (benchmarks/recovery/hang_recovery_rank.py).
 Rank 0 times out after TIMEOUT s and names rank 1, every worker writes its stacks, the launcher
 wakes and stops the group and starts the next attempt, which resumes from step 2. Prints each
 round's seconds from the stop to the restarted attempt's first finished step, their median and
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from memory_limit import launcher  # benchmarks/ is on sys.path when a script here runs
+from benchmarks.common.jobs import launcher
 
 HERE = Path(__file__).resolve().parent
 

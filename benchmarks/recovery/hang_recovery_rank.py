@@ -1,4 +1,4 @@
-"""A training rank for benchmarks/hang_recovery.py: ``hang_recovery_rank.py OUT TRAIN_ARGS...``.
+"""A training rank for benchmarks/recovery/hang_recovery.py: ``hang_recovery_rank.py OUT TRAIN_ARGS...``.
 
 On the first attempt rank 1 writes the time to ``OUT/stopped`` and SIGSTOPs itself in its forward
 at step 3, so rank 0 waits in DDP's gradient all-reduce until ``training.timeout``. On the

@@ -1,8 +1,8 @@
 """Kill-and-recover rounds: our launcher vs plain torchrun, 2 ranks on CPU, interleaved.
 
-Run: ``.venv/bin/python benchmarks/recovery.py [--rounds 20]``
+Run: ``.venv/bin/python -m benchmarks.recovery.recovery [--rounds 20]``
 
-Each round starts the same 2-rank job (benchmarks/recovery_worker.py) with
+Each round starts the same 2-rank job (benchmarks/recovery/recovery_worker.py) with
 ``--max_restarts=1``; rank 1 SIGKILLs itself at step 5 of the first attempt. A round
 recovers if the job exits 0 within 60 s. Recovery time = SIGKILL -> first completed step
 after the restart. torchrun runs the worker with plain ``torch.distributed.init_process_group``

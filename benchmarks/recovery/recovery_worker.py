@@ -1,4 +1,4 @@
-"""Worker for benchmarks/recovery.py: ``recovery_worker.py OUT_DIR ours|plain``.
+"""Worker for benchmarks/recovery/recovery.py: ``recovery_worker.py OUT_DIR ours|plain``.
 
 Steps of a tiny all-reduce "training" loop; on the first attempt rank 1 records the time
 and SIGKILLs itself at step 5. After the restart rank 0 records when its first step

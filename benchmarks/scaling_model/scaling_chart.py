@@ -13,7 +13,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display on this machine
 import matplotlib.pyplot as plt
-from scaling_math import LINKS, efficiency
+
+from benchmarks.scaling_model.scaling_math import LINKS, efficiency
 
 NS = [2**k for k in range(11)]
 
@@ -35,7 +36,7 @@ def chart(profiles: dict[str, dict[str, Any]], path: str) -> None:
         ax.legend(fontsize=7, title="solid: exact; dashed: PowerSGD r=4", title_fontsize=7)
     fig.suptitle(
         "Predicted weak scaling, ring all-reduce with bucketed backward overlap; compute = one core here "
-        "(benchmarks/scaling_model.py)",
+        "(benchmarks/scaling_model/scaling_model.py)",
         fontsize=10,
     )
     fig.tight_layout()

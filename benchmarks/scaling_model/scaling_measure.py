@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from compression import make_model as make_mlp  # benchmarks/ is on sys.path when a script here runs
 from torch import nn
 
+from benchmarks.common.mlp import make_model as make_mlp
 from neural_arch.apps.gpt.model import GPT
 from neural_arch.apps.icenet.model import IceNetUNet
 from neural_arch.distributed.data_parallel.low_rank import compress, first_memory, plan_bucket

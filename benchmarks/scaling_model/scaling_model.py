@@ -1,6 +1,6 @@
 """Data parallelism past this machine: a step-time model fed by measurements here, checked at 1, 2, 4 processes.
 
-Run: ``.venv/bin/python benchmarks/scaling_model.py [--rounds 3 --steps 16 --repeat 7]`` (7 min here)
+Run: ``.venv/bin/python -m benchmarks.scaling_model.scaling_model [--rounds 3 --steps 16 --repeat 7]`` (7 min here)
 
 1. Measures (scaling_measure.py), 1 thread per process: each model's forward, backward and
    optimizer time at its per-rank batch with the time each gradient becomes ready (the
@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scaling_chart import chart  # benchmarks/ is on sys.path when a script here runs
-from scaling_math import COMPRESSIONS, LINKS, Link, efficiency, ring, step_time
-from scaling_measure import MODELS, RANKS, one_round, profile
-from two_ranks import load_average, on_ranks
+
+from benchmarks.common.two_ranks import load_average, on_ranks
+from benchmarks.scaling_model.scaling_chart import chart
+from benchmarks.scaling_model.scaling_math import COMPRESSIONS, LINKS, Link, efficiency, ring, step_time
+from benchmarks.scaling_model.scaling_measure import MODELS, RANKS, one_round, profile
 
 SHOWN = (2, 8, 64, 256, 1024)
 

@@ -1,6 +1,6 @@
 """Threads or processes? IceNet training throughput on this machine's cores (seed 001's question).
 
-Run: ``.venv/bin/python benchmarks/icenet_scaling.py [--rounds 3 --steps 200 --warmup 20]``
+Run: ``.venv/bin/python -m benchmarks.sea_ice_scaling.icenet_scaling [--rounds 3 --steps 200 --warmup 20]``
 (``--compile`` adds 1 process x 1 thread and 2 processes x 1 thread with training.compile=true;
 ``--set KEY=VALUE`` passes overrides to every run, e.g. ``--set training.prefetch=false``;
 ``--compile-step`` only times one U-Net step (batch 8, one thread) eager vs training.compile's

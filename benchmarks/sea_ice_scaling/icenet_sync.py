@@ -1,6 +1,6 @@
 """Where the sea-ice model's 2-rank step goes: its own work, the all-reduce, and the wait for the peer.
 
-Run: ``.venv/bin/python benchmarks/icenet_sync.py [--rounds 3 --steps 150]``
+Run: ``.venv/bin/python -m benchmarks.sea_ice_scaling.icenet_sync [--rounds 3 --steps 150]``
 
 ``icenet_scaling.py`` shows 2 processes below 1.8x one process; this script splits a step
 to say why. On the real task (configs/icenet.yaml's U-Net and data, created in a temporary
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from icenet_scaling import GLOBAL_BATCH, create_data  # benchmarks/ is on sys.path when a script here runs
-from two_ranks import on_ranks
 
+from benchmarks.common.two_ranks import on_ranks
+from benchmarks.sea_ice_scaling.icenet_scaling import GLOBAL_BATCH, create_data
 from neural_arch.apps.icenet.task import IceNetTask
 from neural_arch.distributed import DistributedSampler
 from neural_arch.training.config import load_config

@@ -1,10 +1,10 @@
 """Fault soak: rounds of a 2-process ``neural-arch train``, one fault each, nothing lost.
 
-Run: ``.venv/bin/python benchmarks/soak.py --rounds 100 [--seed 0] [--jobs 1]``
+Run: ``.venv/bin/python -m benchmarks.soak.soak --rounds 100 [--seed 0] [--jobs 1]``
 (``--rounds 5`` for a quick look). Not part of the test suite.
 
 An uninterrupted reference run first; then each round runs the same command
-(benchmarks/soak_worker.py, which is ``neural-arch train`` with paced steps) in a fresh
+(benchmarks/soak/soak_worker.py, which is ``neural-arch train`` with paced steps) in a fresh
 run dir and TMPDIR with one fault, the kinds dealt evenly in a seeded random order:
 
 - ``kill_rank``: SIGKILL of a random rank at a random moment of training;
@@ -20,7 +20,7 @@ A round passes when it ends with final weights bitwise equal to the reference
 checkpoint (``exhausted``); and when within 10 s of its last command's exit no process
 names the round's directory (``orphans``) and its TMPDIR is empty (``leftovers``).
 Recovery time: fault -> first step completed by a process started after it. Prints a
-table per kind; writes every round to benchmarks/results/soak.json (``--out``).
+table per kind; writes every round to benchmarks/soak/results/soak.json (``--out``).
 """
 
 from __future__ import annotations
@@ -39,13 +39,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
-from soak_faults import inject, wait_clean  # benchmarks/ is on sys.path when a script here runs
-from soak_report import final_params, outcome, print_table, recovery
-from soak_worker import PLAN_FILE, STEPS_FILE
-
+from benchmarks.soak.soak_faults import inject, wait_clean
+from benchmarks.soak.soak_report import final_params, outcome, print_table, recovery
+from benchmarks.soak.soak_worker import PLAN_FILE, STEPS_FILE
 from neural_arch.distributed.launcher.scratch import TORCH_CACHE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("kill_rank", "ckpt", "sigstop", "kill_restart", "exception", "kill_launcher")
 STEPS, EVERY, PACE = 24, 3, 0.2
 TRAIN = [
@@ -183,7 +182,7 @@ def save(out: Path, reference: dict[str, Any], load_before: tuple[float, ...], r
     """Write the command, the machine's load and every round so far to ``out`` (one JSON object)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     summary = {
-        "command": " ".join(["benchmarks/soak.py", *sys.argv[1:]]),
+        "command": " ".join(["python -m benchmarks.soak.soak", *sys.argv[1:]]),
         "cpus": os.cpu_count(),
         "load_before": load_before,
         "load_now": os.getloadavg(),

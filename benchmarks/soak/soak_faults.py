@@ -1,6 +1,6 @@
 """Faults the soak injects from outside a running job, and the /proc checks after a round.
 
-Used by benchmarks/soak.py (not run by itself). The job is looked at as the kernel sees it:
+Used by benchmarks/soak/soak.py (not run by itself). The job is looked at as the kernel sees it:
 worker pids come from the launcher's process tree in /proc (cmdline names
 ``neural_arch.distributed.launcher.worker``, the rank is the ``RANK`` its environment was
 started with); a round's leftover processes are any whose command line or environment
@@ -14,15 +14,13 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests' /proc helpers
-from neural_arch.distributed.launcher.scratch import leftovers  # noqa: E402
-from tests.distributed.launcher.proc_tree import PROC, alive, process_tree  # noqa: E402
+from benchmarks.common.proc_tree import PROC, alive, process_tree
+from neural_arch.distributed.launcher.scratch import leftovers
 
 WORKER_MARK = b"neural_arch.distributed.launcher.worker"
 

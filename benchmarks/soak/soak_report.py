@@ -1,6 +1,6 @@
 """Judging and summarising soak rounds: outcome, recovery time, the per-kind table.
 
-Used by benchmarks/soak.py (not run by itself).
+Used by benchmarks/soak/soak.py (not run by itself).
 """
 
 from __future__ import annotations

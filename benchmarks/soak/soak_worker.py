@@ -1,6 +1,6 @@
 """``neural-arch train`` for the fault soak, paced and with one fault inside a worker.
 
-Run (what benchmarks/soak.py does): ``python benchmarks/soak_worker.py --config C
+Run (what benchmarks/soak/soak.py does): ``python benchmarks/soak/soak_worker.py --config C
 --nproc-per-node 2 --set run.dir=ROUND/run ...``; every argument is ``neural-arch train``'s.
 This is ``neural-arch train`` itself (``neural_arch.cli.train.main``: config checks, the
 run-directory probe, the launcher with training.max_restarts and training.timeout) with
