@@ -1,15 +1,12 @@
 """Gradient compression vs raw torch DDP on a communication-bound MLP, 2 ranks x 1 thread, gloo.
 
-Run: ``.venv/bin/python -m benchmarks.compression.compression --link-gbit 5``  (320 steps, ~7 min; the
-     issue's communication-bound case: two hosts on 5 Gb/s links, a 34 MB all-reduce ~53 ms)
-     ``.venv/bin/python -m benchmarks.compression.compression``  (this machine's own loopback)
-     ``.venv/bin/python -m benchmarks.compression.compression --collectives``  (the all-reduce/all-gather
-     cost of one model-sized gradient in fp32, fp16 and bf16 on gloo)
-     ``.venv/bin/python -m benchmarks.compression.compression --overhead``  (the compression work alone:
-     one process, where nothing is sent, with and without ``gradient_as_bucket_view``)
-     ``--cpu-bind none`` leaves the ranks to the OS (default: a core each, as our launcher binds them)
-     ``--link-gbit 10`` limits the exchange as if each rank's host had a 10 Gb/s link (shaped_link.py)
-     ``--schedule constant --lr 0.01`` the constant-lr runs of HISTORY.md
+Run: ``.venv/bin/python -m benchmarks.compression.compression --link-gbit 5``  (320 steps, ~7 min:
+     two hosts on 5 Gb/s links, a 34 MB all-reduce ~53 ms; without ``--link-gbit``, this machine's
+     loopback; ``--link-gbit 10``: 10 Gb/s links, shaped_link.py). ``--collectives``: the
+     all-reduce/all-gather cost of one model-sized gradient in fp32, fp16 and bf16 on gloo.
+     ``--overhead``: the compression work alone (one process, where nothing is sent, with and
+     without ``gradient_as_bucket_view``). ``--cpu-bind none`` leaves the ranks to the OS (default:
+     a core each, as our launcher binds them); ``--schedule constant --lr 0.01``: HISTORY.md's constant-lr runs.
 
 Every setting trains its own copy of the same MLP (64 -> 2048 -> 2048 -> 2048 -> 10, 8.55 M
 parameters, 34 MB of fp32 gradients per step) from the same initial weights on the same
@@ -61,7 +58,6 @@ SETTINGS = {
 BOUND = "no communication"
 """Not a training setting: every rank keeps its own gradient (a hook that sends nothing; bucket
 view on). The fastest any compression could be; its loss is not comparable."""
-
 
 TORCH_POWERSGD = "torch's PowerSGD r2"
 """torch's ``powerSGD_hook`` (rank 2, warm-up 10, error feedback, warm start), each bucket finished
