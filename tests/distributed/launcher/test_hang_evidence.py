@@ -7,7 +7,7 @@ times out inside DDP's gradient all-reduce, not in a collective of the script's 
 launcher stops the group, every worker writes its threads' stacks into its rank log; the summary
 of the failed attempt names rank 1 as the one that did not arrive and shows where its main thread
 was (the script's forward), and the restarted attempt trains to the end. How long the recovery
-takes is measured, not asserted: benchmarks/hang_recovery.py.
+takes is measured, not asserted: benchmarks/recovery/hang_recovery.py.
 """
 
 import pytest

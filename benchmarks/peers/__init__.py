@@ -1,0 +1,3 @@
+"""neural_arch against raw DDP, Lightning Fabric and Accelerate: ``.venv/bin/python -m benchmarks.peers.peers``
+(see README.md here).
+"""
