@@ -40,6 +40,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Start N worker processes per node running SCRIPT (a Python file, a module with -m, "
         "or an executable with --no-python), restarted as a group on failure. Accepts torchrun's options.",
+        epilog="details: docs/launcher.md",
     )
     add_options(p)
     p.add_argument(
