@@ -1,5 +1,5 @@
 #!/bin/bash
-# Mode 1 of seed 001: ONE process using all cores of one node through threads.
+# ONE process using all cores of one node through threads.
 # Submit: sbatch hpc/train.sh [SCRIPT [ARGS...]]    (default SCRIPT: examples/train_mlp.py)
 #SBATCH --job-name=neural_arch_threads
 #SBATCH --nodes=1

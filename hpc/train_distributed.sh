@@ -1,5 +1,5 @@
 #!/bin/bash
-# Mode 2 of seed 001: 2 nodes x 1 process, gloo over the network, threads inside each process.
+# 2 nodes x 1 process, gloo over the network, threads inside each process.
 # Submit: sbatch hpc/train_distributed.sh [SCRIPT [ARGS...]]
 # No MASTER_ADDR/RANK exports needed: init_process_group() detects the srun step (rank =
 # SLURM_PROCID, master = first host of SLURM_JOB_NODELIST, port derived from the job id;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Mode 3 of seed 001: one process per GPU, NCCL, over 2 nodes x 4 GPUs.
+# One process per GPU, NCCL, over 2 nodes x 4 GPUs.
 # Submit: sbatch hpc/train_distributed_gpu.sh [SCRIPT [ARGS...]]
 # Each task's LOCAL_RANK is SLURM_LOCALID, which init_process_group() uses to pick its GPU.
 #SBATCH --job-name=neural_arch_nccl

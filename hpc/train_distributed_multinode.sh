@@ -1,5 +1,5 @@
 #!/bin/bash
-# Mode 2, scaled out: 4 nodes x 1 process (gloo), threads inside each process.
+# Scaled out: 4 nodes x 1 process (gloo), threads inside each process.
 # Submit: sbatch hpc/train_distributed_multinode.sh [SCRIPT [ARGS...]]
 # Same script as 2 nodes: the world size comes from SLURM (SLURM_NTASKS), not from the code.
 #SBATCH --job-name=neural_arch_gloo4

@@ -1,4 +1,4 @@
-"""Check the package layout rules of DESIGN.md statically (stdlib only, no torch needed).
+"""Check the package layout rules (docs/architecture.md) statically (stdlib only, no torch needed).
 
 Run: ``python tools/check_layout.py [neural_arch]`` (default: ``neural_arch/``).
 Exits 1 listing one violation per line as ``path:line: what is wrong (limit)``; exits 0

@@ -15,7 +15,7 @@ import importlib
 import sys
 from typing import Optional, Sequence
 
-from neural_arch.cli.usage import print_usage_error
+from neural_arch.cli.usage import docs_pointer, print_usage_error
 from neural_arch.training.typed_config import hint
 
 COMMANDS = {
@@ -35,7 +35,8 @@ def usage() -> str:
         "",
         "subcommands:",
     ]
-    return "\n".join(lines + [f"  {name:12s} {text}" for name, (_, text) in COMMANDS.items()])
+    commands = [f"  {name:12s} {text}" for name, (_, text) in COMMANDS.items()]
+    return "\n".join(lines + commands + ["", docs_pointer("getting-started.md")])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

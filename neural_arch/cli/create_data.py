@@ -18,7 +18,7 @@ PROG = "neural-arch create-data"
 def main(argv: Sequence[str]) -> int:
     from neural_arch.cli.train import add_config_arguments
 
-    parser = command_parser("create-data", "Create the dataset the config's task trains on.")
+    parser = command_parser("create-data", "Create the dataset the config's task trains on.", "trainer.md")
     add_config_arguments(parser)
     ns = parser.parse_args(argv)
 

@@ -47,7 +47,7 @@ def report_lines() -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    command_parser("env", "Show the detected cluster environment.").parse_args(argv)
+    command_parser("env", "Show the detected cluster environment.", "clusters.md").parse_args(argv)
 
     def show() -> int:
         print("\n".join(report_lines()))

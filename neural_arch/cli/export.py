@@ -18,7 +18,9 @@ PROG = "neural-arch export"
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = command_parser("export", "Export a training checkpoint to TorchScript for C++ (LibTorch) inference.")
+    parser = command_parser(
+        "export", "Export a training checkpoint to TorchScript for C++ (LibTorch) inference.", "checkpoints.md"
+    )
     add_checkpoint_argument(parser)
     parser.add_argument("--output", required=True, help="file to write, e.g. model.ts or model.safetensors")
     parser.add_argument(

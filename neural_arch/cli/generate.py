@@ -19,7 +19,7 @@ PROG = "neural-arch generate"
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = command_parser("generate", "Continue a prompt with a trained language model.")
+    parser = command_parser("generate", "Continue a prompt with a trained language model.", "checkpoints.md")
     add_checkpoint_argument(parser)
     parser.add_argument("--prompt", required=True, help="text to continue (UTF-8)")
     parser.add_argument("--length", type=int, default=200, help="bytes to generate (default 200)")

@@ -42,7 +42,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """Arguments of ``neural-arch train`` (its workers take the same ones)."""
-    parser = command_parser("train", "Train a model from a YAML config.")
+    parser = command_parser("train", "Train a model from a YAML config.", "trainer.md")
     add_config_arguments(parser)
     parser.add_argument(
         "--resume", default=None, help="auto (newest good checkpoint, default), none, or a checkpoint path"

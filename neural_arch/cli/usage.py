@@ -2,14 +2,15 @@
 
 Use in a subcommand module::
 
-    parser = command_parser("train", "Train a model from a YAML config.")
+    parser = command_parser("train", "Train a model from a YAML config.", "trainer.md")
     ...
     return run_reporting(PROG, lambda: do_the_work(ns), ConfigError)
 
 Argparse errors (unknown option, missing value) go through the same path, so every
 mistake reads ``neural-arch SUBCOMMAND: error: ...`` with no usage block and no traceback.
 Only the exception types a command names are user errors; anything else is a bug and keeps
-its traceback.
+its traceback. Every ``--help`` ends with ``details: docs/PAGE.md``, the page that explains
+the command (``docs_pointer``).
 """
 
 from __future__ import annotations
@@ -30,9 +31,17 @@ class CommandParser(argparse.ArgumentParser):
         sys.exit(USAGE_EXIT)
 
 
-def command_parser(subcommand: str, description: str) -> CommandParser:
-    """The parser of ``neural-arch SUBCOMMAND``; abbreviations off so a typo is never guessed."""
-    return CommandParser(prog=f"neural-arch {subcommand}", description=description, allow_abbrev=False)
+def docs_pointer(page: str) -> str:
+    """The last line of a command's ``--help``: the repository's docs page for it."""
+    return f"details: docs/{page}"
+
+
+def command_parser(subcommand: str, description: str, page: str) -> CommandParser:
+    """The parser of ``neural-arch SUBCOMMAND``, its help ending with a pointer to docs/``page``;
+    abbreviations off so a typo is never guessed."""
+    return CommandParser(
+        prog=f"neural-arch {subcommand}", description=description, epilog=docs_pointer(page), allow_abbrev=False
+    )
 
 
 def print_usage_error(prog: str, message: object) -> int:

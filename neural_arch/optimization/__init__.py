@@ -1,6 +1,6 @@
 """Memory savings for training: recompute activations instead of storing them, and CUDA memory pools.
 
-Use (the seeds' API)::
+Use::
 
     from neural_arch.optimization import gradient_checkpointing, memory_pool_scope
     with gradient_checkpointing.checkpoint_scope():   # or: from neural_arch.optimization import checkpoint_scope

@@ -92,7 +92,7 @@ class TrainingConfig:
 @dataclass
 class CheckpointConfig:
     every_steps: int = 100
-    """Save every N steps; 0 = only at the end (a save costs about 2 short steps: see benchmarks/README.md)."""
+    """Save every N steps; 0 = only at the end (each save fsyncs and hashes the whole state)."""
     keep_last: int = 3
     """Checkpoints kept on disk (older ones are deleted after a successful save)."""
     resume: str = "auto"

@@ -4,11 +4,11 @@ Used by trainer.py: ``with frozen_heap(): <training loop>``.
 
 By the time the loop starts, a process holds a few hundred thousand long-lived Python
 objects (torch, the model, the task, the data store). CPython's full collection walks all
-of them whenever enough new objects have survived: on the sea-ice U-Net one such pass took
-144 ms, once every ~280 steps of 100 ms (benchmarks/README.md). On one rank that is a 0.5%
-loss; on several ranks each pause lands at a different step and every other rank waits
-for it at the next all-reduce. ``gc.freeze()`` moves the set-up's objects out of the
-collector's view, so a full pass only walks what the loop itself made (11 ms there).
+of them whenever enough new objects have survived: on the sea-ice U-Net such a pass costs
+about a step and a half, every few hundred steps. On one rank that is a small loss; on
+several ranks each pause lands at a different step and every other rank waits for it at
+the next all-reduce. ``gc.freeze()`` moves the set-up's objects out of the collector's
+view, so a full pass only walks what the loop itself made, a small fraction of that.
 Nothing is numerically different: the collector only frees memory.
 """
 
@@ -28,8 +28,8 @@ def frozen_heap() -> Iterator[None]:
     Frozen objects are still freed when their last reference goes; only reference cycles
     among them wait for the unfreeze.
     """
-    # Young cyclic garbage from set-up is collected first (a few ms), so it is not kept for the
-    # whole run; a full collection here would cost the first step ~150 ms on the U-Net.
+    # Young cyclic garbage from set-up is collected first (cheap), so it is not kept for the
+    # whole run; a full collection at this point would walk every set-up object once more.
     gc.collect(1)
     already = gc.get_freeze_count()
     gc.freeze()

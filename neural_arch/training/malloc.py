@@ -10,7 +10,7 @@ gradients in backward: tens of MiB each, every step. After the first free, such 
 from the heap, where freed space is kept (fragmented) instead of returned, and a sharded rank's
 resident memory climbs above what a replicated rank needs although it holds a fraction of the
 state. A fixed threshold (setting it turns the raising off) maps every block of at least that
-size on its own and unmaps it when freed (benchmarks/README.md, "memory under a hard limit").
+size on its own and unmaps it when freed (benchmarks/memory/ measures the effect).
 Plain data parallelism keeps glibc's defaults. Elsewhere (another C library, no ``mallopt``) nothing changes.
 """
 

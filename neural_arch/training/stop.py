@@ -31,9 +31,9 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 CHECK_SECONDS = 0.5
 """Ranks agree on a stop about this often, not after every step. Why: the agreement is one more
-collective per step, 0.2-0.3 ms on gloo, 0.5% of the sea-ice model's 56 ms step on 2 ranks; a
-stop that lands within half a second more is still well inside any scheduler's grace time
-(SLURM's KillWait is 30 s by default; ``--signal=USR1@120`` gives 120 s)."""
+collective per step, a noticeable share of a small model's step on gloo; a stop that lands
+within half a second more is still well inside any scheduler's grace time (SLURM's KillWait
+is 30 s by default; ``--signal=USR1@120`` gives 120 s)."""
 
 
 class TrainingStopped(Exception):

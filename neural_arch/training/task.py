@@ -30,7 +30,7 @@ from torch import nn
 from neural_arch.export import ExportSpec
 from neural_arch.training.typed_config import ConfigError
 
-if TYPE_CHECKING:  # a hint only: importing it loads FSDP and DTensor (about 1.3 s)
+if TYPE_CHECKING:  # a hint only: importing it loads FSDP and DTensor, which is slow
     from neural_arch.distributed.parallel.plan import ParallelPlan
 
 RangeRule = tuple[Callable[[Any], bool], str]

@@ -6,7 +6,7 @@ Try it::
     create_dataset('/tmp/icenet.zarr', IceNetSpec())
     d = IceNetData('/tmp/icenet.zarr', 'train'); print(len(d), d.channels, d.load([0])['x'].shape)"
 
-The store (zarr through xarray; see ``icenet_synth.py`` for how the synthetic months are
+The store (zarr through xarray; see ``synth.py`` for how the synthetic months are
 made) holds ``siconca`` (1), ``tas_anom`` (K) and ``tos_anom`` (K) on dims (time, yc, xc),
 one month per chunk, plus ``land_mask`` (yc, xc) and ``siconca_climatology`` (month, yc, xc).
 

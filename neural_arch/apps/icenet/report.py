@@ -121,7 +121,7 @@ def write_report(
         "![loss](loss.png)",
         "",
         f"Scaling: {int(throughput['processes'])} process(es), {throughput['samples_per_s']:.1f} samples/s "
-        "(training throughput of this run; see benchmarks/icenet_scaling.py for the comparison).",
+        "(training throughput of this run; benchmarks/sea_ice_scaling/ compares process counts).",
         "",
     ]
     path = run_dir / "report.md"

@@ -4,8 +4,8 @@ Try it: ``python -c "from neural_arch.apps.icenet.data import IceNetSpec, create
 print(create_dataset('/tmp/icenet.zarr', IceNetSpec()))"`` (a few seconds; read it back with
 ``neural_arch.apps.icenet.data.IceNetData`` or ``xarray.open_zarr``).
 
-Real IceNet data cannot be downloaded here, so we generate monthly fields with the same
-structure and real, learnable predictability on a square polar grid:
+The package ships no real IceNet data and needs no download: it generates monthly fields
+with the same structure and real, learnable predictability on a square polar grid:
 
 * ``siconca`` (sea-ice concentration, 0..1): ice fills the ocean inside an ice-edge radius
   that grows to its maximum in March and shrinks to its minimum in September, declines over

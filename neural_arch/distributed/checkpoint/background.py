@@ -117,7 +117,7 @@ class CheckpointWriter:
     ) -> None:
         try:
             if shards is not None:
-                import torch.distributed.checkpoint as dcp  # here: importing DCP costs ~0.6 s
+                import torch.distributed.checkpoint as dcp  # here: DCP is slow to import, most runs never need it
 
                 dcp.save(shards, checkpoint_id=staging / SHARDS, process_group=group)
             if state is not None:

@@ -35,7 +35,7 @@ def save_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
     and shares; rank 0 renames it to ``directory`` when all shards are written. An existing
     ``directory`` is replaced. Works without a process group (world size 1).
     """
-    import torch.distributed.checkpoint as dcp  # here: importing DCP costs ~0.6 s, most runs never shard
+    import torch.distributed.checkpoint as dcp  # here: DCP is slow to import, most runs never shard
 
     final = Path(directory)
     failed = f"could not write sharded checkpoint {final}"
@@ -59,7 +59,7 @@ def load_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
     Nothing in the files runs: the metadata and every non-tensor entry are read with
     allowlisting unpicklers (``dcp_reader.py``), and a refused file raises ``UnsafeCheckpoint``.
     """
-    from neural_arch.distributed.checkpoint.dcp_reader import load_dcp  # here: importing DCP costs ~0.6 s
+    from neural_arch.distributed.checkpoint.dcp_reader import load_dcp  # here: DCP is slow to import
 
     path = Path(directory)
     problems = all_gather_object(_metadata_problem(path))  # why: a rank raising alone would hang the rest

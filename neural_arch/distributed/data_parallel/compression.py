@@ -12,7 +12,7 @@ less communication, so N ranks no longer compute what one process would.
   ``DistributedDataParallel._check_comm_hook``, torch 2.13), although gloo sums bfloat16
   tensors correctly; ``bf16_hook`` below is that cast under another name, used on both.
 - ``powersgd``: rank-r approximation with error feedback and warm start (``low_rank.py``:
-  our own step; torch's ``powerSGD_hook`` cost about 1.7x as much on CPU), plain all-reduce for the
+  our own step; torch's ``powerSGD_hook`` does more memory work per step), plain all-reduce for the
   first ``powersgd_warmup_steps`` steps. Its state (``powersgd.py``) is saved with the
   checkpoint so a resumed run is the same compressed run.
 """

@@ -8,8 +8,8 @@ the environment says has several ranks, it raises ``MissingProcessGroupError``.
 Built on ``torch.nn.parallel.DistributedDataParallel`` (bucketed all-reduce overlapped with
 backward). What this adds:
 - ``no_sync()`` as a method and as the free function ``no_sync(model)`` for gradient
-  accumulation; the first backward outside it averages everything accumulated. As in the
-  seeds, ``with no_sync():`` with no argument covers every live wrapper of this process.
+  accumulation; the first backward outside it averages everything accumulated. The bare
+  ``with no_sync():``, with no argument, covers every live wrapper of this process.
 - ``sync_gradients()``: safe at any time. It averages gradients that were accumulated
   under ``no_sync`` and not yet synchronised, and does nothing when the last backward
   already synchronised them, so it never averages twice. It always averages exactly.
@@ -46,7 +46,7 @@ class UnusedParametersError(RuntimeError):
 class DistributedDataParallel(nn.Module):
     """Data-parallel wrapper; gradients are averaged over ranks during ``backward()``."""
 
-    # Why: the seeds' bare ``with no_sync():`` names no model, so it must find the wrappers
+    # Why: the bare ``with no_sync():`` names no model, so it must find the wrappers
     # this process built. Weak references: a wrapper is forgotten once the user drops it.
     _live: ClassVar[weakref.WeakSet[DistributedDataParallel]] = weakref.WeakSet()
 
@@ -212,7 +212,7 @@ def average_gradients(grads: Sequence[torch.Tensor], bucket_size_mb: float = 25)
 def no_sync(*models: nn.Module) -> Iterator[None]:
     """``with no_sync(model):`` — skip gradient sync for the given model(s).
 
-    ``with no_sync():`` (the seeds' form) skips it for every ``DistributedDataParallel`` of
+    ``with no_sync():`` (no argument) skips it for every ``DistributedDataParallel`` of
     this package that is alive in this process; a torch DDP model must be passed by name.
     Plain (unwrapped) modules are accepted and need nothing, so the same code runs at
     world size 1.

@@ -15,14 +15,14 @@ gradient + its error feedback, Q the previous step's Q (warm start) and W ranks:
     error_i  = M_i - P Q^T     what rank i's gradient lost this step; added back next step
 Vectors (biases, norms) and matrices too thin to gain ((rows + cols) * r * 2 >= rows * cols)
 are all-reduced exactly. P and Q are kept in their transposed (r x n) forms: on CPU a matrix
-product with r output rows reads M once at memory speed for small r (2048 x 2048, r=2: 0.6 ms
-against 1.2 ms for r output columns); ``project`` picks the faster form for P per rank.
+product with r output rows reads M once at memory speed for small r, about twice as fast as
+one with r output columns; ``project`` picks the faster form for P per rank.
 
-This replaces torch's ``powerSGD_hook``, which here cost about 1.7x as much (it divides,
+This replaces torch's ``powerSGD_hook``, which does more memory work per step (it divides,
 clones and subtracts the whole bucket, and keeps error feedback for the exact tensors too;
-benchmarks/compression.py, 2 ranks, rank 2: 44 against 25 ms a step on an 8.55 M-parameter
-MLP). Per compressed matrix this step adds the gradient to the error (M), reads M twice for the two
-products, writes the gradient and updates M in place to the new error.
+benchmarks/compression/ compares the two). Per compressed matrix this step adds the gradient
+to the error (M), reads M twice for the two products, writes the gradient and updates M in
+place to the new error.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def orthonormalize_rows(rows: torch.Tensor) -> None:
 
     Each row loses its projection onto the rows before it twice over ("twice is enough": as
     accurate as modified Gram-Schmidt) in two matrix-vector products a pass, instead of one dot
-    product per earlier row: at r=8 on n=2048, 0.23 ms of small operations became 0.16 ms."""
+    product per earlier row: fewer, larger operations for the same result."""
     tiny = torch.finfo(rows.dtype).tiny
     for i in range(rows.shape[0]):
         row, done = rows[i], rows[:i]
@@ -120,8 +120,8 @@ def refill_zero_rows(qt: torch.Tensor) -> None:
     embedding row not used, a layer frozen for a while) gets P = M Q = 0 and then Q = P^T M = 0.
     From a zero Q no later gradient can get through: the matrix would be sent as zero for the
     rest of the run while its error feedback grows. Without a host sync (``.item()``), so that
-    a GPU does not stall: computed for every row, kept only where the row is zero (~40 us for
-    8 x 2048 on one core here)."""
+    a GPU does not stall: computed for every row, kept only where the row is zero (cheap next
+    to the products, which read the whole gradient)."""
     r, n = qt.shape
     freq = torch.arange(1, r + 1, dtype=qt.dtype, device=qt.device)
     pos = torch.arange(n, dtype=qt.dtype, device=qt.device).add_(0.5).mul_(torch.pi / n)
@@ -130,9 +130,9 @@ def refill_zero_rows(qt: torch.Tensor) -> None:
 
 
 def project(qt: torch.Tensor, mat: torch.Tensor, out: torch.Tensor) -> None:
-    """``out`` (r x rows) = Q^T M^T. On one CPU thread (MKL, 2048 x 2048) Q^T M^T with r output
-    rows reads M at memory speed for r <= 2 (0.6 ms) but not beyond (r=8: 1.8 ms), where
-    M Q with r output columns, transposed afterwards, takes 1.2 ms."""
+    """``out`` (r x rows) = Q^T M^T. On a CPU thread (MKL) Q^T M^T with r output rows reads M at
+    memory speed for r <= 2 but not beyond, where M Q with r output columns, transposed
+    afterwards, is faster."""
     if qt.shape[0] <= 2:
         torch.mm(qt, mat.t(), out=out)
     else:
@@ -144,7 +144,7 @@ def compress(
 ) -> None:
     """One step on one bucket, in place: ``grads`` end as the compressed average, ``memory`` as the next step's.
     ``all_reduce(t)`` sums ``t`` in place over the ``world`` ranks before returning (``dist.all_reduce``;
-    benchmarks/scaling_measure.py passes one that sends nothing, to time the compute alone)."""
+    a benchmark can pass one that sends nothing, to time the compute alone)."""
     mats = [grads[m.index].view(m.rows, m.cols) for m in plan.matrices]
     errors = _split(memory.error, [(m.rows, m.cols) for m in plan.matrices])
     q_old = _split(memory.q, [(m.rank, m.cols) for m in plan.matrices])
@@ -156,8 +156,8 @@ def compress(
         torch.cat([g.reshape(-1) for g in exact], out=send[:n_exact])
     p = _split(send[n_exact:], [(m.rank, m.rows) for m in plan.matrices])
     # M_i is built in the error buffer, not in the gradient: the new error is then an in-place
-    # addmm_ on it (0.84 ms for 2048 x 2048 here), where writing it from M into another buffer
-    # copied M first (2.05 ms).
+    # addmm_ on it, where writing it from M into another buffer would copy M first (a second
+    # pass over the whole matrix).
     for mat, err, qt, pt in zip(mats, errors, q_old, p):
         err.add_(mat)
         # Q's columns are orthonormalised first, as in subspace iteration: M^T P's columns all lean

@@ -2,7 +2,7 @@
 restarted when one fails, and a summary naming the rank that started the trouble.
 
 Use: ``python -m neural_arch.distributed.launcher --nproc_per_node=2 train.py --lr 0.1``
-(the seeds' order ``... launcher train.py --nproc_per_node=2`` works too), or from Python
+(the script-first order ``... launcher train.py --nproc_per_node=2`` works too), or from Python
 ``DistributedLauncher(LaunchConfig(nproc_per_node=2)).launch("train.py", "--lr", "0.1")``.
 
 Concern: the processes of a job. ``args.py`` parses both command-line orders,

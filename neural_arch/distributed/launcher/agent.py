@@ -3,13 +3,13 @@
 Used by ``DistributedLauncher`` (launch.py); not run directly.
 
 torch.distributed.elastic supervises the workers (start, monitor, restart, rendezvous);
-this subclass changes these things, each found by reproducing failed restarts:
+this subclass changes these things, each for a restart that otherwise fails:
 
 1. **A fresh worker store per attempt.** torchrun's agent keeps one TCPStore for the whole
    job; gloo publishes every rank's listening address under the same keys each attempt, so
    a restarted rank could read a dead worker's address ("connectFullMesh failed ...
-   Connection refused", or a hang: ~half of plain torchrun restarts here). Node 0's agent
-   now starts a new store on a free port for every worker group, and every attempt gets a
+   Connection refused", or a hang; benchmarks/recovery/ counts how often). Node 0's agent
+   starts a new store on a free port for every worker group, and every attempt gets a
    unique id (``NEURAL_ARCH_ATTEMPT``) that init_process_group also uses as a key prefix.
 2. **Old workers fully gone.** After torch stops a group, any process left in the old
    workers' process groups (data loader workers, subprocesses) is SIGKILLed before the
@@ -198,10 +198,10 @@ def _stat_fields(stat: Path) -> Optional[list[str]]:
 def _waking_first(close: Callable[..., None], pids: Callable[[], dict[int, int]]) -> Callable[..., None]:
     """``close`` (torch's: SIGTERM the workers, wait up to 30 s, SIGKILL) preceded by a SIGCONT to
     every worker's process group. A stopped (SIGSTOP, ^Z) worker cannot act on SIGTERM, so a
-    job with a stopped rank took 30 s longer to report a failure (or to restart). torch calls
-    close from inside its poll as soon as one worker has failed; waking the others there, not
-    before the poll, leaves no moment in which a worker can fail unseen (an earlier check for
-    an exited worker before each poll missed one that exited between the check and the poll)."""
+    job with a stopped rank would take 30 s longer to report a failure (or to restart). torch
+    calls close from inside its poll as soon as one worker has failed; waking the others there,
+    not before the poll, leaves no moment in which a worker can fail unseen (a check for an
+    exited worker before each poll would miss one that exits between the check and the poll)."""
 
     def wake_then_close(*args: Any, **kwargs: Any) -> None:
         workers = list(pids().values())

@@ -1,13 +1,13 @@
 """Parse launcher command lines: torchrun's flag set (torch 2.13, both spellings) plus ours,
-in torchrun's order or the seeds'.
+in torchrun's order or script first.
 
 ``python -m neural_arch.distributed.launcher --nproc-per-node=2 train.py --lr 0.1``  (torchrun)
-``python -m neural_arch.distributed.launcher train.py --nproc_per_node=2 --lr 0.1``  (seeds)
+``python -m neural_arch.distributed.launcher train.py --nproc_per_node=2 --lr 0.1``  (script first)
 ``python -m neural_arch.distributed.launcher -m my_pkg.train --lr 0.1``  (a module, as ``python -m``)
 
 Rules: everything after a bare ``--`` goes to the script. If any launcher option comes
 before the script, the torchrun order applies and everything after the script is the
-script's. Otherwise (seeds' order) long launcher options after the script are the
+script's. Otherwise (script first) long launcher options after the script are the
 launcher's and all other arguments are the script's. Long option names accept ``_`` or
 ``-``. Mistakes raise ``LaunchUsageError`` (one line; unknown options get "did you mean").
 """
@@ -40,6 +40,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Start N worker processes per node running SCRIPT (a Python file, a module with -m, "
         "or an executable with --no-python), restarted as a group on failure. Accepts torchrun's options.",
+        epilog="details: docs/launcher.md",
     )
     add_options(p)
     p.add_argument(
@@ -118,7 +119,7 @@ def split_argv(
         return ours, script, rest + tail
     script_args: list[str] = []
     j = 0
-    while j < len(rest):  # seeds' order: pick our long options out of the rest
+    while j < len(rest):  # script first: pick our long options out of the rest
         action = _lookup(rest[j], known, short=False)
         if action is None or action.dest == "help":
             script_args.append(rest[j])

@@ -3,9 +3,9 @@
 Run: ``python -m neural_arch.distributed.launcher --nproc_per_node=2 --cpu-bind none script.py`` to
 turn it off; a worker sees its cores with ``os.sched_getaffinity(0)``.
 
-Why: two single-threaded ranks of the sea-ice U-Net on this machine's 2 cores took 148 ms a
-step when the OS placed them, 107-120 ms when each was pinned to one core (torch DDP over
-gloo, same code, benchmarks/README.md "Threads or processes"): unpinned, the ranks' gloo,
+Why: two single-threaded DDP ranks of the sea-ice U-Net on two cores step about a quarter
+faster when each is pinned to one core than when the OS places them (benchmarks/sea_ice_scaling/
+has the measurement): unpinned, the ranks' gloo,
 heartbeat and prefetch threads wake on the busy cores and the main threads migrate, losing
 their caches. ``srun --cpu-bind`` and ``mpirun --bind-to core`` bind for this reason; torchrun
 does not bind CPU workers.

@@ -14,7 +14,7 @@ How it is checked: the first agent to reach the store writes the token's SHA-256
 returns the digest already there, and a different digest means another job: the agent stops
 with one line before it touches a rendezvous key. This keeps stray and foreign jobs apart;
 it is not authentication against someone who can reach the port (the store has none, and
-anyone who can read the key can present its digest): see the README's Security section.
+anyone who can read the key can present its digest): see docs/security.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Start a distributed job: N workers per node, restarted as a group when one fails.
 
 Run: ``python -m neural_arch.distributed.launcher --nproc_per_node=2 train.py --lr 0.1``
-(or the seeds' order ``... launcher train.py --nproc_per_node=2``, or ``neural-arch launch``).
+(or script first, ``... launcher train.py --nproc_per_node=2``, or ``neural-arch launch``).
 Python: ``DistributedLauncher(LaunchConfig(nproc_per_node=2)).launch("train.py", "--lr", "0.1")``.
 
 Built on torch.distributed.elastic (agent, rendezvous, restarts; see agent.py for what we
@@ -9,7 +9,7 @@ change). Workers see exactly torchrun's variables, so torchrun/Fabric/Accelerate
 run unmodified. One node without ``--master_port`` gets a free port from the OS (two jobs
 never collide); ``--nnodes=MIN:MAX`` is an elastic job over a c10d rendezvous.
 
-Exposure and lifetime (README "Security"): every store listens on one address (loopback
+Exposure and lifetime (docs/security.md): every store listens on one address (loopback
 for one node; see listen.py, rendezvous.py), a multi-node job admits only nodes with its
 job token (job_token.py), workers die with the launcher (lifeline.py) and the launcher's
 temporary directory goes with it (scratch.py).

@@ -4,8 +4,8 @@ Use: ``with ScratchDir() as path: ...`` (``DistributedLauncher`` keeps the ranks
 no ``--log-dir`` is given, and torch elastic's per-attempt error files in it). Run by path,
 ``python scratch.py DIR`` is the cleaner that ``ScratchDir`` starts; not meant for people.
 
-Why a cleaner process: a launcher killed by SIGKILL runs no ``finally``, and every such job
-used to leave a ``/tmp/neural_arch_*`` directory behind. The cleaner holds the read end of
+Why a cleaner process: a launcher killed by SIGKILL runs no ``finally``, so without it every
+such job would leave a ``/tmp/neural_arch_*`` directory behind. The cleaner holds the read end of
 a pipe whose write end only the launcher holds, so when the launcher exits, in any way,
 the cleaner reads end-of-file, removes the directory and exits. It runs in a session of
 its own and ignores SIGINT/SIGTERM/SIGHUP, so the Ctrl-C or ``kill`` that stops a job does

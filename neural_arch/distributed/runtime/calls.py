@@ -4,8 +4,8 @@ Use: ``@counted("all_reduce")`` on every public collective (``collectives.py``, 
 ``global_mean_std``), or ``with user_call("all_reduce"): ...``; ``progress()`` -> (calls so far, the call in progress or
 None), which the heartbeat publishes. Only the outermost call counts: ``global_mean_std``
 calling ``all_gather`` is one call, and the metadata exchange inside ``all_reduce`` is not
-one. Torch's own sequence number counts those internal collectives too, which is why a
-script with 3 ``all_reduce`` calls used to read as "collective #5".
+one. Torch's own sequence number counts those internal collectives too, so by torch's count
+a script's third ``all_reduce`` can read as "collective #5".
 
 A collective that fails inside a user call (a timeout, a closed connection) is re-raised
 as ``CollectiveFailed`` whose message names the call and the ranks that did not enter it

@@ -12,9 +12,9 @@ Why: each gloo process group has one I/O thread (``gloo_tcp_loop``) that waits i
 preempts whatever runs on its core, often gloo's own worker thread in the middle of a send
 while holding the connection's lock. The I/O thread only ``try_lock``s that lock and, failing,
 polls again: it spins until the scheduler's next tick (4 ms at HZ=250) lets the lock
-holder finish. With one core per rank (2 ranks on 2 cores here) that happened on 80% of
-the sea-ice model's 0.53 MB all-reduces: 3.5 ms instead of 0.5 (benchmarks/README.md,
-"the 3 ms all-reduce"). ``SCHED_BATCH`` has the same CPU share as a normal thread
+holder finish. With one core per rank that happens on most of a small model's all-reduces,
+which then take several times as long as their data needs (benchmarks/sea_ice_scaling/ has
+the measurement). ``SCHED_BATCH`` has the same CPU share as a normal thread
 (same nice value) but its wake-ups never preempt a running thread, so the lock holder
 finishes first and the I/O thread then finds the lock free.
 

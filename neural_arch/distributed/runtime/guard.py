@@ -9,9 +9,9 @@ really is one process, and otherwise raises ``MissingProcessGroupError``::
     launcher) says this job has 2 ranks, but no process group is initialised, so this rank
     would run alone as rank 0 of 1; call neural_arch.distributed.init_process_group() first.
 
-Why: every query works without a process group (world size 1, principle 4), so a script
-that forgets ``init_process_group()`` under a launcher used to train N independent
-copies and exit 0. Whether the job has several ranks is what ``env.detect_cluster_env``
+Why: every query works without a process group (one process is world size 1), so without
+this check a script that forgets ``init_process_group()`` under a launcher would train N
+independent copies and exit 0. Whether the job has several ranks is what ``env.detect_cluster_env``
 already decides (torchrun/launcher, SLURM step, OpenMPI, MPICH, LSF, Kubernetes, plain
 RANK/WORLD_SIZE); a SLURM batch script outside ``srun`` is one process and passes.
 """

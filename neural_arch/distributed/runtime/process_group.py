@@ -171,7 +171,7 @@ def _init_under_elastic(
     Why: torchrun's agent keeps one store for the whole job, and gloo publishes each rank's
     listening address under the same keys in every attempt. After a restart a fast rank
     could read a dead worker's address and fail with "connectFullMesh ... Connection
-    refused" or hang (about half of plain torchrun restarts on 2 cores). A per-attempt
+    refused" or hang (a frequent end of plain torchrun restarts). A per-attempt
     prefix makes stale keys invisible.
     """
     store, _, _ = next(dist.rendezvous("env://", rank, size, timeout=timeout))

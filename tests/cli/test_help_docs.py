@@ -1,0 +1,42 @@
+"""Every ``--help`` of ``neural-arch`` ends with the docs page that explains the command.
+
+Run: ``.venv/bin/python -m pytest tests/cli/test_help_docs.py -q``
+
+The last line of ``neural-arch --help``, of each subcommand's ``--help`` and of the
+launcher's (``python -m neural_arch.distributed.launcher --help``) is ``details: docs/PAGE.md``,
+and that page exists in the repository, so a renamed or removed page fails here.
+"""
+
+import re
+
+import pytest
+
+from neural_arch.cli import COMMANDS
+from neural_arch.distributed.launcher import main as launcher_main
+from tests.helpers.cli import run_main
+from tests.helpers.paths import REPO
+
+POINTER = re.compile(r"details: (docs/[\w/.-]+\.md)")
+
+
+def pointed_page(out: str) -> str:
+    """The docs path on the help text's last line; fails if that line is not a pointer."""
+    last = out.rstrip().splitlines()[-1].strip()
+    found = POINTER.fullmatch(last)
+    assert found, f"--help does not end with 'details: docs/PAGE.md': {last!r}"
+    return found.group(1)
+
+
+@pytest.mark.parametrize("argv", [["--help"]] + [[name, "--help"] for name in COMMANDS], ids=" ".join)
+def test_help_ends_with_an_existing_docs_page(argv, capsys):
+    code, out, _ = run_main(argv, capsys)
+    assert code == 0
+    page = pointed_page(out)
+    assert (REPO / page).is_file(), f"neural-arch {' '.join(argv)} points at {page}, which does not exist"
+
+
+def test_launcher_help_points_at_the_launcher_page(capsys):
+    with pytest.raises(SystemExit) as stop:
+        launcher_main(["--help"])
+    assert stop.value.code == 0
+    assert pointed_page(capsys.readouterr().out) == "docs/launcher.md"
