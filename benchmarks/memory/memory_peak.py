@@ -46,7 +46,7 @@ def measure(size: str, args: argparse.Namespace, root: Path) -> list[tuple[str, 
         f"{params * 16 / 2**30:.2f} GiB of fp32 training state"
     )
     rows = []
-    for name, layout, ranks, ideal in LAYOUTS:
+    for name, layout, ranks, ideal in [row for row in LAYOUTS if row[0] in args.layouts or row[0] == "DDP x2"]:
         result = run_job(f"{name} {size}", job, root, NO_LIMIT, layout=layout, ranks=ranks)
         if result["outcome"] != "trained and saved":
             raise SystemExit(f"{name} at {size}: {result['outcome']}")
@@ -54,7 +54,10 @@ def measure(size: str, args: argparse.Namespace, root: Path) -> list[tuple[str, 
         rows.append((name, peak, ideal))
     ddp = rows[0][1]
     for name, peak, ideal in rows:
-        print(f"  {name:14s} peak {peak:5.2f} GiB = {peak / ddp:5.1%} of DDP's (ideal share of the state {ideal:.0%})")
+        print(
+            f"  {name:14s} peak {peak:5.2f} GiB = {peak / ddp:5.1%} of DDP's (ideal share of the state {ideal:.0%}; "
+            f"{peak / (ddp * ideal):.2f}x DDP's peak x that share, target <= 1.25x for FSDP)"
+        )
     return rows
 
 
@@ -81,6 +84,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--png", type=Path, default=HERE / "memory_peak.png")
+    parser.add_argument(
+        "--layouts",
+        nargs="+",
+        default=[row[0] for row in LAYOUTS],
+        help='a subset by name, e.g. "FSDP x2" (DDP always)',
+    )
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="memory_peak_") as tmp:

@@ -212,9 +212,8 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
         model = task.build_model().to(device)
         compression = cfg.ddp if cfg.ddp.compression != "none" else None
         # Gradients as views of DDP's buckets: the averaged bucket is the gradient, with no copy
-        # back (34 MB a step on an 8.5M-parameter model) and one gradient-sized buffer less. The
-        # values are the same: the step sets gradients to None, so DDP still scales each one
-        # into its bucket as before; only the copy out of the bucket is gone.
+        # back (a model-sized copy every step) and one gradient-sized buffer less. The values are
+        # those of copying: the step sets gradients to None, so DDP scales each into its bucket.
         ddp = nd.DistributedDataParallel(
             model, bucket_size_mb=cfg.ddp.bucket_mb, compression=compression, gradient_as_bucket_view=True
         )

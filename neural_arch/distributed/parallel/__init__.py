@@ -39,7 +39,7 @@ _WHERE = {
 }
 """Public name -> the module that defines it. Imported on first use (PEP 562): the trainer's
 plain data-parallel path then never loads DTensor and pipelining (with torch._dynamo and sympy:
-about 3 s per process at start-up)."""
+seconds per process at start-up)."""
 
 
 def __getattr__(name: str) -> object:
