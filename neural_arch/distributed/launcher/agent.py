@@ -50,13 +50,23 @@ from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElas
 from neural_arch.distributed.launcher.listen import serving_store
 from neural_arch.distributed.launcher.log_format import attempt_id, progress_marker
 from neural_arch.distributed.launcher.records import FailureRecord
-from neural_arch.distributed.launcher.restart_policy import repeated_failure, stopped_on_request, usage_error
+from neural_arch.distributed.launcher.restart_policy import (
+    STOP_SIGNALS,
+    repeated_failure,
+    stopped_on_request,
+    usage_error,
+)
 from neural_arch.distributed.launcher.stacks import STACKS_SIGNAL
 
 __all__ = ["FailureRecord", "RobustElasticAgent"]
 
-STACKS_WAIT = 0.3
-"""Seconds the workers get to write their stacks before the group is stopped (a dump takes milliseconds)."""
+STACKS_WAIT = 0.2
+"""Seconds the workers get to write their stacks once the signal is delivered (a dump takes milliseconds)."""
+KILL_WAIT = 10
+"""Seconds at most to wait for SIGKILLed workers to exit (a process in uninterruptible sleep may not)."""
+STACKS_DELIVERY = 3.0
+"""Seconds at most to wait for the stack signal to be delivered (a woken worker on a busy machine
+may take a moment to run again; one that never does is stopped anyway)."""
 
 
 class RobustElasticAgent(LocalElasticAgent):
@@ -72,6 +82,7 @@ class RobustElasticAgent(LocalElasticAgent):
         self._log_dir = log_dir
         self._stop_repeated = stop_repeated_failures and log_dir is not None
         self.failure_history: list[FailureRecord] = []
+        self._killed: set[int] = set()  # workers the launcher SIGKILLed after another one crashed
         self.gave_up: Optional[str] = None
         """Why restarts stopped before max_restarts (see restart_policy.py), if they did."""
         self.stopped_by: Optional[int] = None
@@ -116,8 +127,20 @@ class RobustElasticAgent(LocalElasticAgent):
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         pids = super()._start_workers(worker_group)
         if self._pcontext is not None:
-            self._pcontext.close = _waking_first(self._pcontext.close, self._pcontext.pids)
+            self._pcontext.close = _waking_first(self._pcontext.close, self._pcontext.pids, self._crashed)
         return pids
+
+    def _crashed(self) -> bool:
+        """Whether a worker of this attempt has ended by failing (an error exit or a fatal signal),
+        not by stopping on request (exit 128 + a stop signal, after saving) or finishing; if so,
+        the ones still running are remembered as stopped by the launcher (the summary says so)."""
+        handlers = getattr(self._pcontext, "subprocess_handlers", None) or {}
+        codes = {handler.proc.pid: handler.proc.poll() for handler in handlers.values()}
+        stopped = {0, *(128 + int(s) for s in STOP_SIGNALS)}
+        if not any(code is not None and code not in stopped for code in codes.values()):
+            return False
+        self._killed.update(pid for pid, code in codes.items() if code is None)  # about to be killed
+        return True
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         try:
@@ -138,6 +161,7 @@ class RobustElasticAgent(LocalElasticAgent):
                         signal=failure.signal_name() if failure.exitcode < 0 else None,
                         message=failure.message,
                         timestamp=failure.timestamp,
+                        stopped_by_launcher=failure.pid in self._killed,
                     )
                 )
             self._apply_restart_policy()
@@ -195,13 +219,21 @@ def _stat_fields(stat: Path) -> Optional[list[str]]:
         return None
 
 
-def _waking_first(close: Callable[..., None], pids: Callable[[], dict[int, int]]) -> Callable[..., None]:
+def _waking_first(
+    close: Callable[..., None], pids: Callable[[], dict[int, int]], crashed: Callable[[], bool]
+) -> Callable[..., None]:
     """``close`` (torch's: SIGTERM the workers, wait up to 30 s, SIGKILL) preceded by a SIGCONT to
     every worker's process group. A stopped (SIGSTOP, ^Z) worker cannot act on SIGTERM, so a
     job with a stopped rank would take 30 s longer to report a failure (or to restart). torch
     calls close from inside its poll as soon as one worker has failed; waking the others there,
     not before the poll, leaves no moment in which a worker can fail unseen (a check for an
-    exited worker before each poll would miss one that exits between the check and the poll)."""
+    exited worker before each poll would miss one that exits between the check and the poll).
+
+    That close (no arguments) after a ``crashed()`` worker kills the others at once once their
+    stacks are written: they are stuck in collectives with the dead rank or about to fail on
+    them, and a SIGTERM's grace period would only delay the restart. A close with arguments (a
+    stop, a membership change) and one after a worker stopped on request keep the grace period,
+    in which ranks finish a checkpoint."""
 
     def wake_then_close(*args: Any, **kwargs: Any) -> None:
         workers = list(pids().values())
@@ -222,10 +254,33 @@ def _waking_first(close: Callable[..., None], pids: Callable[[], dict[int, int]]
             except (ProcessLookupError, PermissionError):
                 pass
         if asked:
+            _await_delivery(workers, STACKS_SIGNAL, time.monotonic() + STACKS_DELIVERY)
             time.sleep(STACKS_WAIT)
+        if not args and not kwargs and crashed():
+            # SIGKILL, then wait for the exits (milliseconds; bounded for a worker stuck in the
+            # kernel), so they are recorded with the failure.
+            args = (signal.SIGKILL, KILL_WAIT)
         close(*args, **kwargs)
 
     return wake_then_close
+
+
+def _await_delivery(pids: list[int], signum: int, deadline: float) -> None:
+    """Wait until no process of ``pids`` still has ``signum`` pending (or ``deadline``): a signal
+    leaves the pending set as its handler starts. Without /proc (not Linux), return at once."""
+    bit = 1 << (int(signum) - 1)
+    while time.monotonic() < deadline:
+        pending = False
+        for pid in pids:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue  # gone, or no /proc
+            masks = [line.split()[1] for line in status.splitlines() if line.startswith(("SigPnd:", "ShdPnd:"))]
+            pending = pending or any(int(mask, 16) & bit for mask in masks)
+        if not pending:
+            return
+        time.sleep(0.01)
 
 
 def _live_members(pgid: int) -> bool:

@@ -27,6 +27,8 @@ def _blame(record: FailureRecord) -> int:
     """How likely a failure started the trouble (lower first). Timestamps cannot decide: a
     signal death is stamped when the agent notices it (whole seconds), after the peer that
     already failed because of it wrote its own error file."""
+    if record.stopped_by_launcher:
+        return 3
     stack = recorded_traceback(record.message).strip()
     if stack:  # it raised (perhaps SIGTERMed afterwards, while leaving): judge the exception
         return 2 if is_peer_error(stack.splitlines()[-1]) else 1
@@ -106,8 +108,9 @@ def _others(ordered: Sequence[FailureRecord]) -> list[str]:
         first_of_attempt.setdefault(record.attempt, record)
     groups: dict[tuple[str, int, int, str], list[int]] = {}
     for record in ordered[1:]:
-        # The launcher SIGTERMs the rest of a group once one worker failed.
-        collateral = (
+        # The launcher stops the rest of a group once one worker failed: SIGTERM, or SIGKILL
+        # after a crash (agent.py: those it marks).
+        collateral = record.stopped_by_launcher or (
             record.signal == "SIGTERM"
             and first_of_attempt[record.attempt] is not record
             and not recorded_traceback(record.message)

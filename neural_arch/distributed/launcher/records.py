@@ -30,3 +30,5 @@ class FailureRecord:
     """Torch elastic's error record: a dict holding the Python traceback, or a string."""
     timestamp: float
     """When the agent noticed (seconds since the epoch)."""
+    stopped_by_launcher: bool = False
+    """It was still running when the launcher stopped the group after another worker failed."""

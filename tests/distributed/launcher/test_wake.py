@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from neural_arch.distributed.launcher.agent import _stat_fields, _waking_first
+from neural_arch.distributed.launcher.agent import KILL_WAIT, _stat_fields, _waking_first
 
 
 def stopped_child() -> subprocess.Popen:
@@ -48,8 +48,23 @@ def close_like_torch(child: subprocess.Popen, waited: list[bool]) -> None:
 def test_a_stopped_worker_takes_the_close_signal_at_once():
     child, waited = stopped_child(), []
     try:
-        _waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid})()
+        not_crashed = lambda: False  # e.g. a rank stopped on request: the others keep their grace
+        _waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid}, not_crashed)()
         assert waited == [True] and child.returncode == -signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_after_a_crash_the_close_kills_at_once():
+    """torch's poll closes with no arguments; after a crashed rank the others get SIGKILL, not a grace."""
+    child, asked = stopped_child(), []
+    try:
+        _waking_first(lambda *args: asked.append(args), lambda: {0: child.pid}, lambda: True)()
+        assert asked == [(signal.SIGKILL, KILL_WAIT)]
+        # A close with arguments (a stop or a membership change) is passed on as it is.
+        _waking_first(lambda *args: asked.append(args), lambda: {0: child.pid}, lambda: True)(signal.SIGTERM, 5)
+        assert asked[-1] == (signal.SIGTERM, 5)
     finally:
         child.kill()
         child.wait()
