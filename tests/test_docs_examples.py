@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -85,17 +86,12 @@ def page_params() -> list:
     return cases
 
 
-@pytest.mark.multiprocess
-@pytest.mark.parametrize("page", page_params())
-def test_page_examples_run(page: Path, tmp_path: Path):
-    name, found = page_id(page), blocks(page.read_text(encoding="utf-8"))
-    check_markers(name, found)
-    if not runnable(found):
-        pytest.skip(f"{name} has no block to run")
+def page_failure(name: str, text: str, tmp_path: Path) -> Optional[str]:
+    """Run the page's blocks in order; the first failure as a message naming page and line, or None."""
     workdir, scripts, env = tmp_path / "work", tmp_path / "blocks", block_env()
     workdir.mkdir()
     scripts.mkdir()
-    for block in runnable(found):
+    for block in runnable(blocks(text)):
         if block.marker == "file":
             target = workdir / block.value
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +99,55 @@ def test_page_examples_run(page: Path, tmp_path: Path):
             continue
         suffix = ".py" if block.lang == "python" else ".sh"
         result = run_block(block, scripts / f"line_{block.line}{suffix}", workdir, env)
-        assert result.returncode == 0, (
-            f"{name}:{block.line}: the ```{block.lang} block exited {result.returncode}; its output "
-            f"(last {OUTPUT_TAIL} characters):\n{result.stdout[-OUTPUT_TAIL:]}"
-        )
+        if result.returncode != 0:
+            return (
+                f"{name}:{block.line}: the ```{block.lang} block exited {result.returncode}; its output "
+                f"(last {OUTPUT_TAIL} characters):\n{result.stdout[-OUTPUT_TAIL:]}"
+            )
+    return None
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("page", page_params())
+def test_page_examples_run(page: Path, tmp_path: Path):
+    name, text = page_id(page), page.read_text(encoding="utf-8")
+    check_markers(name, blocks(text))
+    if not runnable(blocks(text)):
+        pytest.skip(f"{name} has no block to run")
+    failure = page_failure(name, text, tmp_path)
+    assert failure is None, failure
+
+
+PAGE_WITH_A_FAILURE = """# Example
+
+<!-- file: data.txt -->
+```text
+hello
+```
+
+<!-- not run: shows a command that would fail here -->
+```bash
+false
+```
+
+```bash
+test "$(cat data.txt)" = hello
+test -d "$NA_REPO/neural_arch"
+```
+
+```python
+import sys
+
+print("about to fail")
+sys.exit(3)
+```
+"""
+
+
+@pytest.mark.multiprocess
+def test_a_failing_block_is_reported_with_page_line_and_output(tmp_path: Path):
+    failure = page_failure("example.md", PAGE_WITH_A_FAILURE, tmp_path)
+    assert failure is not None and failure.startswith("example.md:18: the ```python block exited 3"), failure
+    assert "about to fail" in failure
+    with pytest.raises(AssertionError, match="example.md:1: a ```console block; write ```bash"):
+        check_markers("example.md", blocks("```console\nls\n```\n"))
