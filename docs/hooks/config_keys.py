@@ -106,13 +106,15 @@ def reference() -> str:
     framework_rules = getattr(config_module, "_RANGES", {})
     parts = []
     for section, task, cls in sections():
-        rules, title, anchor, about = dict(framework_rules), f"`{section}:`", section, summary[section]
-        if task is not None:
-            rules.update(task_class(task).SECTIONS.ranges)
-            title, anchor = f"`{section}:` with `run.task: {task}`", f"{section}-{task}"
-            source = cls.__module__.replace(".", "/") + ".py"
-            about = f"The `{section}:` section of the `{task}` application: `{cls.__name__}` in `{source}`."
-        parts += [f"## {title} {{#{anchor}}}", "", about, "", section_table(section, cls, rules), ""]
+        if task is None:
+            parts += [f"## `{section}:` {{#{section}}}", "", summary[section], ""]
+            parts += [section_table(section, cls, framework_rules), ""]
+            continue
+        if f"{{#{section}}}" not in "\n".join(parts):  # the first application's: the section's heading
+            parts += [f"## `{section}:` {{#{section}}}", "", summary[section], ""]
+        source = cls.__module__.replace(".", "/") + ".py"
+        parts += [f"### `run.task: {task}` {{#{section}-{task}}}", "", f"`{cls.__name__}` in `{source}`.", ""]
+        parts += [section_table(section, cls, {**framework_rules, **task_class(task).SECTIONS.ranges}), ""]
     return "\n".join(parts)
 
 
