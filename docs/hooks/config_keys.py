@@ -1,10 +1,10 @@
-"""Generates the config reference: every key of every section, with its type, default and docstring.
+"""Run by ``mkdocs build`` (mkdocs.yml ``hooks:``): writes the config reference into docs/config.md.
 
-Registered in mkdocs.yml (``hooks:``): the line ``<!-- config-keys -->`` in docs/config.md is
+Every key of every section, with its type, default and docstring: the line ``<!-- config-keys -->`` in docs/config.md is
 replaced at build time by one table per section, read from the dataclasses themselves (the
 framework's sections and the ``model:``/``data:`` sections of every installed task), so the
 page cannot drift from the code. tests/test_docs_config.py checks with ``field_docs`` that
-every field has a docstring. Print the generated Markdown: ``python docs/hooks/config_keys.py``.
+every field has a docstring. To print the generated Markdown: ``python docs/hooks/config_keys.py``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
-"""Publishes the repository files that pages link to (outside docs/) under ``repo/`` on the site.
+"""Run by ``mkdocs build`` (mkdocs.yml ``hooks:``): publishes the repository files pages link to.
 
-Registered in mkdocs.yml (``hooks:``). A link that leaves docs/, such as
-``../benchmarks/overhead/README.md`` or ``../configs/tiny.yaml``, works as written when the
-repository is browsed; on the site this hook adds the target as ``repo/benchmarks/overhead/README.md``
-(a Markdown file becomes a page, anything else is copied as is) and points the link there. The
-links of a page published this way are followed too, and a link to a folder goes to its
-README.md. A target that does not exist is left as written, so ``mkdocs build --strict`` fails
-on it.
+A link that leaves docs/, such as ``../benchmarks/overhead/README.md`` or
+``../configs/tiny.yaml``, works as written when the repository is browsed; on the site this
+hook adds the target as ``repo/benchmarks/overhead/README.md`` (a Markdown file becomes a
+page, anything else is copied as is) and points the link there. The links of a page published
+this way are followed too, and a link to a folder goes to its README.md. A target that does
+not exist is left as written, so ``mkdocs build --strict`` fails on it.
 """
 
 from __future__ import annotations
@@ -18,7 +17,9 @@ import doc_links
 from mkdocs.structure.files import File, Files, InclusionLevel
 
 _site_uri: dict[Path, str] = {}
-"""Real path of every published file (and every docs page) -> its path in the site's sources."""
+"""Real path of every published file (and every docs page) -> its path in the site's sources.
+Filled by ``on_files`` and read by ``on_page_markdown`` of the same build: mkdocs hooks are
+module functions, so what one event learns for a later one lives in the module."""
 
 
 def on_files(files: Files, config) -> Files:
