@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast venv clean
+.PHONY: run test test-fast docs venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(STAMP)
 # The edit-run loop: in-process tests only (no spawned ranks, CLI runs or builds), under a minute.
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not multiprocess" -q
+
+# The documentation site, built as CI builds it (every warning an error) into build/site.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d build/site
 
 clean:
 	rm -rf $(VENV) runs build

@@ -1,0 +1,153 @@
+"""Every example in README.md and docs/**/*.md runs: the code-block convention, one test per page.
+
+Run: ``.venv/bin/python -m pytest tests/test_docs_examples.py -q`` (about a minute per page with
+CLI runs; ``-k getting-started`` for one page). The convention is in tests/helpers/doc_pages.py:
+``python`` and ``bash`` blocks run in order in one fresh directory per page, with the venv's
+bin/ first on PATH and NA_REPO set to the repository root; ``<!-- not run: REASON -->`` skips
+a block, ``<!-- file: NAME -->`` writes it to NAME. A failure names the page, the block's line
+and its output.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from tests.helpers.doc_pages import PAGES, REFUSED, RUN, Block, blocks, page_id
+from tests.helpers.paths import REPO
+
+BLOCK_TIMEOUT = 120.0
+"""Seconds one block may run before its process group is killed: examples are tiny."""
+OUTPUT_TAIL = 4000
+"""Characters of a failed block's output shown in the failure."""
+
+
+def venv_bin() -> Path:
+    """The repository's .venv/bin, or this interpreter's bin/ where the venv lives elsewhere."""
+    own = REPO / ".venv" / "bin"
+    return own if (own / "python").exists() else Path(sys.executable).parent
+
+
+def block_env() -> dict[str, str]:
+    env = dict(os.environ, NA_REPO=str(REPO), PYTHONUNBUFFERED="1", NO_MKDOCS_2_WARNING="1")
+    env["PATH"] = os.pathsep.join([str(venv_bin()), env.get("PATH", "")])
+    # the checkout under test, also where the venv's editable install points elsewhere
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_block(block: Block, script: Path, workdir: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    script.write_text(block.text)
+    command = [str(venv_bin() / "python"), str(script)]
+    if block.lang == "bash":
+        command = ["bash", "-euo", "pipefail", str(script)]
+    proc = subprocess.Popen(
+        command,
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=BLOCK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the block's launcher and its workers too
+        out, _ = proc.communicate()
+        out += f"\n[killed after {BLOCK_TIMEOUT:.0f} s]"
+    return subprocess.CompletedProcess(command, proc.returncode, out)
+
+
+def check_markers(page: str, found: list[Block]) -> None:
+    for block in found:
+        where = f"{page}:{block.line}"
+        assert block.lang not in REFUSED, f"{where}: a ```{block.lang} block; write ```bash so it runs"
+        assert block.marker != "not run" or block.value, f"{where}: <!-- not run: --> needs a reason"
+        assert block.marker != "file" or block.value, f"{where}: <!-- file: --> needs a file name"
+
+
+def runnable(found: list[Block]) -> list[Block]:
+    return [b for b in found if b.marker == "file" or (b.marker is None and b.lang in RUN)]
+
+
+def page_params() -> list:
+    """One case per page, its hard timeout the sum of its blocks' (a hang fails, never blocks CI)."""
+    cases = []
+    for page in PAGES:
+        count = len(runnable(blocks(page.read_text(encoding="utf-8"))))
+        cases.append(pytest.param(page, id=page_id(page), marks=pytest.mark.timeout(60 + BLOCK_TIMEOUT * count)))
+    return cases
+
+
+def page_failure(name: str, text: str, tmp_path: Path) -> Optional[str]:
+    """Run the page's blocks in order; the first failure as a message naming page and line, or None."""
+    workdir, scripts, env = tmp_path / "work", tmp_path / "blocks", block_env()
+    workdir.mkdir()
+    scripts.mkdir()
+    for block in runnable(blocks(text)):
+        if block.marker == "file":
+            target = workdir / block.value
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(block.text)
+            continue
+        suffix = ".py" if block.lang == "python" else ".sh"
+        result = run_block(block, scripts / f"line_{block.line}{suffix}", workdir, env)
+        if result.returncode != 0:
+            return (
+                f"{name}:{block.line}: the ```{block.lang} block exited {result.returncode}; its output "
+                f"(last {OUTPUT_TAIL} characters):\n{result.stdout[-OUTPUT_TAIL:]}"
+            )
+    return None
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("page", page_params())
+def test_page_examples_run(page: Path, tmp_path: Path):
+    name, text = page_id(page), page.read_text(encoding="utf-8")
+    check_markers(name, blocks(text))
+    if not runnable(blocks(text)):
+        pytest.skip(f"{name} has no block to run")
+    failure = page_failure(name, text, tmp_path)
+    assert failure is None, failure
+
+
+PAGE_WITH_A_FAILURE = """# Example
+
+<!-- file: data.txt -->
+```text
+hello
+```
+
+<!-- not run: shows a command that would fail here -->
+```bash
+false
+```
+
+```bash
+test "$(cat data.txt)" = hello
+test -d "$NA_REPO/neural_arch"
+```
+
+```python
+import sys
+
+print("about to fail")
+sys.exit(3)
+```
+"""
+
+
+@pytest.mark.multiprocess
+def test_a_failing_block_is_reported_with_page_line_and_output(tmp_path: Path):
+    failure = page_failure("example.md", PAGE_WITH_A_FAILURE, tmp_path)
+    assert failure is not None and failure.startswith("example.md:18: the ```python block exited 3"), failure
+    assert "about to fail" in failure
+    with pytest.raises(AssertionError, match="example.md:1: a ```console block; write ```bash"):
+        check_markers("example.md", blocks("```console\nls\n```\n"))
