@@ -1,10 +1,13 @@
-"""MLflow tracking that follows a job through stops, restarts, requeues and resizes: one MLflow run per training run.
+"""Experiment tracking that follows a job through stops, restarts, requeues and resizes: one tracking
+run per training run, in MLflow (here) and Weights & Biases (wandb_tracking.py), either or both.
 
-Used by trainer.py on rank 0 when ``logging.mlflow`` is true::
+Used by trainer.py on rank 0: ``trackers = open_trackers(cfg, run_dir, components, rank)``; every
+``Tracker`` then gets ``log_row(step, row)`` per metrics row and ``finish(run_dir)`` (the run's
+outputs as files, run ended) or ``pause()`` (stopped by a signal, to be resumed). Each one's run
+id is kept in the checkpoint (``components.tracking_ids``) and in a file in the run directory.
+MLflow alone::
 
-    tracker = MlflowTracker.open(cfg, run_dir, saved_id)   # saved_id: the resumed checkpoint's, or None
-    tracker.log_row(step, row)                             # every metrics row
-    tracker.finish(run_dir)                                # artifacts (report, plots, summary), run ended
+    tracker = MlflowTracker.open(cfg, run_dir, saved_id, params)   # saved_id: the resumed checkpoint's, or None
 
 The store is ``logging.mlflow_uri`` or, by default, a SQLite file in the run directory
 (``sqlite:///RUN_DIR/mlflow.db``: no server). The MLflow run id is kept in the checkpoint and in
@@ -16,9 +19,10 @@ Optional: ``pip install 'neural_arch[mlflow]'``.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from neural_arch.training.config import config_to_dict
 from neural_arch.training.typed_config import ConfigError
@@ -26,6 +30,20 @@ from neural_arch.utils.atomic import commit_file
 
 RUN_ID_FILE = "mlflow_run_id"
 ARTIFACTS = ("report.md", "loss.png", "summary.txt", "summary.json", "config.yaml")
+SERVICES = {"mlflow": ("mlflow", "MLflow"), "wandb": ("wandb", "Weights & Biases")}
+"""``logging.KEY``: (the package's module, its name), for each tracking service."""
+
+
+class Tracker(Protocol):
+    """One tracking service's run for this training run (rank 0)."""
+
+    run_id: str
+
+    def log_row(self, step: int, row: dict[str, float]) -> None: ...
+
+    def finish(self, run_dir: Path) -> None: ...
+
+    def pause(self) -> None: ...
 
 
 class MlflowTracker:
@@ -40,13 +58,11 @@ class MlflowTracker:
         try:
             import mlflow
         except ImportError:
-            raise ConfigError(
-                "logging.mlflow=true needs MLflow: pip install 'neural_arch[mlflow]' (or set logging.mlflow=false)"
-            ) from None
+            raise missing_package("mlflow") from None
         logging.getLogger("alembic").setLevel(logging.WARNING)  # its table set-up chatter, once per new store
         mlflow.set_tracking_uri(cfg.logging.mlflow_uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}")
         mlflow.set_experiment(cfg.run.name)
-        known = saved_id or _read_id(run_dir)
+        known = saved_id or read_run_id(run_dir, RUN_ID_FILE)
         if known is not None and cfg.checkpoint.resume != "none":
             mlflow.start_run(run_id=known)
             history = mlflow.tracking.MlflowClient().get_metric_history(known, "train/loss")
@@ -74,13 +90,37 @@ class MlflowTracker:
         self.mlflow.end_run(status="KILLED")
 
 
-def open_tracker(cfg: Any, run_dir: Path, components: Any, rank: int) -> Optional[MlflowTracker]:
-    """Rank 0 with ``logging.mlflow``: the run's tracker (``components.tracking_id`` set to its run id)."""
-    if not cfg.logging.mlflow or rank != 0:
-        return None
-    tracker = MlflowTracker.open(cfg, run_dir, components.tracking_id, flat_params(config_to_dict(cfg)))
-    components.tracking_id = tracker.run_id
-    return tracker
+def open_trackers(cfg: Any, run_dir: Path, components: Any, rank: int) -> list[Tracker]:
+    """Rank 0: a tracker for each of ``logging.mlflow`` and ``logging.wandb`` that is on, each reopening the
+    run named in ``components.tracking_ids`` (from the resumed checkpoint), which then holds their run ids."""
+    if rank != 0:
+        return []
+    trackers: list[Tracker] = []
+    ids = components.tracking_ids
+    if cfg.logging.mlflow:
+        trackers.append(MlflowTracker.open(cfg, run_dir, ids.get("mlflow"), flat_params(config_to_dict(cfg))))
+        ids["mlflow"] = trackers[-1].run_id
+    if cfg.logging.wandb:
+        from neural_arch.training.wandb_tracking import WandbTracker  # imports this module: only when asked
+
+        trackers.append(WandbTracker.open(cfg, run_dir, ids.get("wandb"), config_to_dict(cfg)))
+        ids["wandb"] = trackers[-1].run_id
+    return trackers
+
+
+def require_packages(cfg: Any) -> None:
+    """Before any process starts: one line when a tracking service is asked for and its package is missing."""
+    for key, (module, _) in SERVICES.items():
+        if getattr(cfg.logging, key) and importlib.util.find_spec(module) is None:
+            raise missing_package(key)
+
+
+def missing_package(key: str) -> ConfigError:
+    """``logging.KEY=true`` without the service's package: what to install (or turn off)."""
+    name = SERVICES[key][1]
+    return ConfigError(
+        f"logging.{key}=true needs {name}: pip install 'neural_arch[{key}]' (or set logging.{key}=false)"
+    )
 
 
 def flat_params(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -94,8 +134,9 @@ def flat_params(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _read_id(run_dir: Path) -> Optional[str]:
+def read_run_id(run_dir: Path, name: str) -> Optional[str]:
+    """The run id a tracker kept in ``run_dir/name``; None if there is none."""
     try:
-        return (run_dir / RUN_ID_FILE).read_text().strip() or None
+        return (run_dir / name).read_text().strip() or None
     except OSError:
         return None
