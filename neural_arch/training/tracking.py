@@ -103,7 +103,7 @@ def open_trackers(cfg: Any, run_dir: Path, components: Any, rank: int) -> list[T
     if cfg.logging.wandb:
         from neural_arch.training.wandb_tracking import WandbTracker  # imports this module: only when asked
 
-        trackers.append(WandbTracker.open(cfg, run_dir, ids.get("wandb"), config_to_dict(cfg)))
+        trackers.append(WandbTracker.open(cfg, run_dir, ids.get("wandb"), config_to_dict(cfg), components.step))
         ids["wandb"] = trackers[-1].run_id
     return trackers
 

@@ -12,6 +12,7 @@ finished piece has the outputs as files.
 """
 
 import importlib.util
+import json
 import sys
 
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from neural_arch.training.components import saved_tracking_ids
 from neural_arch.training.config import Config
 from neural_arch.training.typed_config import ConfigError
-from neural_arch.training.wandb_tracking import WandbTracker
+from neural_arch.training.wandb_tracking import WandbTracker, saved_rows
 from tests.helpers.cli import run_main
 from tests.helpers.long_run import STEPS
 from tests.helpers.tracked_runs import KILLED_STEPS, killed_and_restarted, stopped_and_resumed
@@ -81,10 +82,24 @@ def test_missing_package_is_one_line_before_training(tmp_path, capsys, monkeypat
     assert code == 2 and err.strip().endswith(MISSING) and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "run").exists()
     with pytest.raises(ConfigError, match="needs Weights & Biases"):  # the Python API: train(cfg)'s rank 0
-        WandbTracker.open(Config(), tmp_path, None, {})
+        WandbTracker.open(Config(), tmp_path, None, {}, 0)
 
 
 def test_checkpoints_from_before_wandb_still_name_their_mlflow_run():
     assert saved_tracking_ids({"mlflow_run_id": "abc"}) == {"mlflow": "abc"}
     assert saved_tracking_ids({"mlflow_run_id": None}) == {}
     assert saved_tracking_ids({"tracking_ids": {"mlflow": "a", "wandb": "b"}}) == {"mlflow": "a", "wandb": "b"}
+
+
+def test_rows_lost_by_a_killed_process_are_found_in_the_metrics_file(tmp_path):
+    """After a restart, the rows up to the checkpoint that W&B did not get are logged from metrics.jsonl:
+    one row a step, however many attempts and lines wrote it; a line cut short by the kill is left out."""
+    metrics = tmp_path / "metrics.jsonl"
+    lines = [{"step": s, "train/loss": 1.0 / s, "perf/step_s": 1.0} for s in (1, 2, 3, 4)]  # the killed attempt
+    lines += [{"step": 3, "train/loss": 1.0 / 3, "perf/step_s": 2.0}, {"step": 3, "val/loss": 0.5}]  # a restart
+    metrics.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"step": 5, "train/lo')
+    assert saved_rows(metrics, 1, 3) == [
+        (2, {"train/loss": 0.5, "perf/step_s": 1.0}),
+        (3, {"train/loss": 1.0 / 3, "perf/step_s": 2.0, "val/loss": 0.5}),
+    ]
+    assert saved_rows(metrics, 4, 4) == [] and saved_rows(tmp_path / "none.jsonl", 0, 4) == []
