@@ -26,7 +26,7 @@ import string
 from pathlib import Path
 from typing import Any, Optional
 
-from neural_arch.training.tracking import ARTIFACTS, missing_package, read_run_id
+from neural_arch.training.tracking_common import ARTIFACTS, missing_package, read_run_id
 from neural_arch.training.wandb_files import last_offline_step
 from neural_arch.utils.atomic import commit_file
 
