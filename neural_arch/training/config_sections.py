@@ -129,7 +129,8 @@ class LoggingConfig:
     """Log to MLflow on rank 0 (params, every metrics row, the report and plots as artifacts); one MLflow
     run per training run, reopened after a stop, restart, requeue or resize (pip install 'neural_arch[mlflow]')."""
     mlflow_uri: Optional[str] = None
-    """The MLflow tracking store; null: ``sqlite:///RUN_DIR/mlflow.db`` (a file, no server)."""
+    """The MLflow tracking store; null: ``sqlite:///RUN_DIR/mlflow.db`` (a file, no server), its artifacts in
+    RUN_DIR/mlartifacts."""
     wandb: bool = False
     """Log to Weights & Biases on rank 0 (the config, every metrics row, the report and plots as run files); one
     W&B run per training run, continued after a stop, restart, requeue or resize (pip install 'neural_arch[wandb]')."""

@@ -7,11 +7,11 @@ Used by tracking.py's ``open_trackers`` on rank 0 when ``logging.mlflow`` is tru
     tracker.finish(run_dir)                                        # artifacts (report, plots, summary), run ended
 
 The store is ``logging.mlflow_uri`` or, by default, a SQLite file in the run directory
-(``sqlite:///RUN_DIR/mlflow.db``: no server). The MLflow run id is kept in the checkpoint and in
-``RUN_DIR/mlflow_run_id``, so a resumed, restarted or resized job reopens the same run; steps it
-trains again after a restart (from the last checkpoint on) are not logged twice: a row is logged
-only past the last step the run already holds. The resolved config is logged as params once.
-Optional: ``pip install 'neural_arch[mlflow]'``.
+(``sqlite:///RUN_DIR/mlflow.db``: no server; the artifacts in ``RUN_DIR/mlartifacts``). The MLflow run
+id is kept in the checkpoint and in ``RUN_DIR/mlflow_run_id``, so a resumed, restarted or resized job
+reopens the same run; steps it trains again after a restart (from the last checkpoint on) are not
+logged twice: a row is logged only past the last step the run already holds. The resolved config is
+logged as params once. Optional: ``pip install 'neural_arch[mlflow]'``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ class MlflowTracker:
         except ImportError:
             raise missing_package("mlflow") from None
         logging.getLogger("alembic").setLevel(logging.WARNING)  # its table set-up chatter, once per new store
-        mlflow.set_tracking_uri(cfg.logging.mlflow_uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}")
+        uri = cfg.logging.mlflow_uri
+        mlflow.set_tracking_uri(uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}")
+        if uri is None and mlflow.get_experiment_by_name(cfg.run.name) is None:
+            # The default store's artifacts beside it: MLflow's default is ./mlruns of the job's working directory.
+            mlflow.create_experiment(cfg.run.name, artifact_location=(run_dir / "mlartifacts").resolve().as_uri())
         mlflow.set_experiment(cfg.run.name)
         known = saved_id or read_run_id(run_dir, RUN_ID_FILE)
         if known is not None and cfg.checkpoint.resume != "none":

@@ -35,6 +35,7 @@ def test_stopped_by_sigterm_and_resumed_is_one_run(tmp_path):
     assert set(range(50, STEPS + 1, 50)) <= set(steps)
     assert one.data.params["training.steps"] == str(STEPS) and one.info.status == "FINISHED"
     assert {a.path for a in client.list_artifacts(one.info.run_id)} >= {"summary.txt", "config.yaml"}
+    assert (run / "mlartifacts").is_dir()  # beside the store, not in the working directory's mlruns/
 
 
 @pytest.mark.timeout(300)
