@@ -88,8 +88,10 @@ def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> Config
     for with inputs the task accepts."""
     from neural_arch.training.config import load_config
     from neural_arch.training.registry import task_class
+    from neural_arch.training.tracking_common import require_packages
 
     cfg = load_config(ns.config, ns.overrides, world_size=world_size)
+    require_packages(cfg)  # MLflow, W&B: one line now, not an error on rank 0 while the others wait
     task = task_class(cfg.run.task)
     missing = task.data_missing(cfg)
     if missing is not None and not ns.create_data:

@@ -7,7 +7,7 @@ plain tensors, numbers and lists, so checkpoints load with ``torch.load(weights_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -35,8 +35,9 @@ class TrainingComponents:
     sampler: nd.DistributedSampler
     device: torch.device
     step: int = 0
-    tracking_id: Optional[str] = None
-    """The MLflow run this training run logs to (kept in the checkpoint: a resumed job reopens it)."""
+    tracking_ids: dict[str, str] = field(default_factory=dict)
+    """The tracking runs this training run logs to, by service (``mlflow``, ``wandb``); kept in the
+    checkpoint, so a resumed job reopens them."""
     forward_seconds: float = 0.0
     """This rank's seconds in forward passes during its last step, before any gradient sync (a
     pipeline: its whole schedule); the straggler signal (stragglers.py)."""
@@ -93,7 +94,7 @@ class TrainingComponents:
             "rng": nd.all_gather_object(capture_rng()),
             "config": config_to_dict(self.cfg),
             "task": self.task.state_dict(),
-            "mlflow_run_id": self.tracking_id,
+            "tracking_ids": dict(self.tracking_ids),
             **self._compression_state(),
         }
 
@@ -126,7 +127,7 @@ class TrainingComponents:
         self.sampler.load_state_dict(state["sampler"])
         self.step = int(state["step"])
         self.task.load_state_dict(state.get("task", {}))
-        self.tracking_id = state.get("mlflow_run_id")
+        self.tracking_ids = saved_tracking_ids(state)
         rank = nd.get_rank()
         note = self.placement.load_compression_state(state.get("compression"))
         if note is not None and rank == 0:
@@ -135,3 +136,11 @@ class TrainingComponents:
             restore_rng(state["rng"][rank])
         else:  # the old per-rank streams mean nothing at another world size
             seed_rank(seed, rank, self.step)
+
+
+def saved_tracking_ids(state: dict[str, Any]) -> dict[str, str]:
+    """A checkpoint's tracking run ids by service; older checkpoints kept the MLflow run's alone."""
+    ids = dict(state.get("tracking_ids") or {})
+    if state.get("mlflow_run_id"):
+        ids.setdefault("mlflow", state["mlflow_run_id"])
+    return ids

@@ -129,7 +129,18 @@ class LoggingConfig:
     """Log to MLflow on rank 0 (params, every metrics row, the report and plots as artifacts); one MLflow
     run per training run, reopened after a stop, restart, requeue or resize (pip install 'neural_arch[mlflow]')."""
     mlflow_uri: Optional[str] = None
-    """The MLflow tracking store; null: ``sqlite:///RUN_DIR/mlflow.db`` (a file, no server)."""
+    """The MLflow tracking store; null: ``sqlite:///RUN_DIR/mlflow.db`` (a file, no server), its artifacts in
+    RUN_DIR/mlartifacts."""
+    wandb: bool = False
+    """Log to Weights & Biases on rank 0 (the config, every metrics row, the report and plots as run files); one
+    W&B run per training run, continued after a stop, restart, requeue or resize (pip install 'neural_arch[wandb]')."""
+    wandb_project: Optional[str] = None
+    """The W&B project; null: ``run.name``."""
+    wandb_entity: Optional[str] = None
+    """The W&B team or user the run belongs to; null: your default entity."""
+    wandb_mode: Optional[Literal["online", "offline"]] = None
+    """``online`` (sent as it runs) or ``offline`` (kept in RUN_DIR/wandb for ``wandb sync``); null: W&B's own
+    choice (``WANDB_MODE``, ``wandb offline``, else online once ``wandb login`` is done)."""
     straggler_threshold: float = 0.2
     """Warn when a rank's time before the gradient sync stays this fraction above the median rank's."""
     straggler_intervals: int = 3

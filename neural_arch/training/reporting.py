@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from tqdm import tqdm
 
-from neural_arch.training.tracking import MlflowTracker
+from neural_arch.training.tracking import Tracker
 
 
 class RunReporter:
@@ -27,9 +27,9 @@ class RunReporter:
         start_step: int,
         progress: bool,
         tensorboard: bool,
-        tracker: Optional[MlflowTracker] = None,
+        trackers: Sequence[Tracker] = (),
     ) -> None:
-        self.run_dir, self.rank, self.tracker = run_dir, rank, tracker
+        self.run_dir, self.rank, self.trackers = run_dir, rank, trackers
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.log = logging.getLogger(f"neural_arch.train.rank{rank}.{id(self)}")
         self.log.setLevel(logging.INFO)
@@ -54,8 +54,8 @@ class RunReporter:
             return
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps({"step": step, **values}) + "\n")
-        if self.tracker is not None:
-            self.tracker.log_row(step, values)
+        for tracker in self.trackers:
+            tracker.log_row(step, values)
         if self.tb is not None:
             for key, value in values.items():
                 self.tb.add_scalar(key, value, step)
@@ -68,9 +68,9 @@ class RunReporter:
                 self.bar.set_postfix(loss=f"{loss:.4g}", samples_s=f"{samples_per_s:.0f}", refresh=False)
 
     def end_tracking(self, finished: bool) -> None:
-        """MLflow: a finished run gets the outputs as artifacts and ends; a stopped one is left to resume."""
-        if self.tracker is not None:
-            self.tracker.finish(self.run_dir) if finished else self.tracker.pause()
+        """MLflow, W&B: a finished run gets the outputs as files and ends; a stopped one is left to resume."""
+        for tracker in self.trackers:
+            tracker.finish(self.run_dir) if finished else tracker.pause()
 
     def close(self) -> None:
         if self.bar is not None:

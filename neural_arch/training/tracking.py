@@ -1,101 +1,51 @@
-"""MLflow tracking that follows a job through stops, restarts, requeues and resizes: one MLflow run per training run.
+"""Experiment tracking that follows a job through stops, restarts, requeues and resizes: one tracking
+run per training run, in MLflow (mlflow_tracking.py), Weights & Biases (wandb_tracking.py) or both.
 
-Used by trainer.py on rank 0 when ``logging.mlflow`` is true::
+Used by trainer.py on rank 0::
 
-    tracker = MlflowTracker.open(cfg, run_dir, saved_id)   # saved_id: the resumed checkpoint's, or None
-    tracker.log_row(step, row)                             # every metrics row
-    tracker.finish(run_dir)                                # artifacts (report, plots, summary), run ended
+    trackers = open_trackers(cfg, run_dir, components, rank)   # one per logging.mlflow / logging.wandb that is on
+    tracker.log_row(step, row)                                 # each of them, every metrics row
+    tracker.finish(run_dir)                                    # the outputs as files, run ended
+    tracker.pause()                                            # or: stopped by a signal, to be resumed
 
-The store is ``logging.mlflow_uri`` or, by default, a SQLite file in the run directory
-(``sqlite:///RUN_DIR/mlflow.db``: no server). The MLflow run id is kept in the checkpoint and in
-``RUN_DIR/mlflow_run_id``, so a resumed, restarted or resized job reopens the same run; steps it
-trains again after a restart (from the last checkpoint on) are not logged twice: a row is logged
-only past the last step the run already holds. The resolved config is logged as params once.
-Optional: ``pip install 'neural_arch[mlflow]'``.
+Each tracker's run id is kept in the checkpoint (``components.tracking_ids``) and in a file in the run
+directory, so a resumed, restarted, requeued or resized job continues the same runs. The CLI calls
+``tracking_common.require_packages(cfg)`` first: a missing package is one line before any process starts.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Protocol
 
 from neural_arch.training.config import config_to_dict
-from neural_arch.training.typed_config import ConfigError
-from neural_arch.utils.atomic import commit_file
-
-RUN_ID_FILE = "mlflow_run_id"
-ARTIFACTS = ("report.md", "loss.png", "summary.txt", "summary.json", "config.yaml")
+from neural_arch.training.mlflow_tracking import MlflowTracker, flat_params
+from neural_arch.training.wandb_tracking import WandbTracker
 
 
-class MlflowTracker:
-    """Rank 0's MLflow run for this training run."""
+class Tracker(Protocol):
+    """One tracking service's run for this training run (rank 0)."""
 
-    def __init__(self, mlflow: Any, run_id: str, logged_up_to: int) -> None:
-        self.mlflow, self.run_id, self.logged_up_to = mlflow, run_id, logged_up_to
+    run_id: str
 
-    @classmethod
-    def open(cls, cfg: Any, run_dir: Path, saved_id: Optional[str], params: dict[str, Any]) -> MlflowTracker:
-        """Reopen the run ``saved_id`` (or the run directory's) or start one; ``params``: the flattened config."""
-        try:
-            import mlflow
-        except ImportError:
-            raise ConfigError(
-                "logging.mlflow=true needs MLflow: pip install 'neural_arch[mlflow]' (or set logging.mlflow=false)"
-            ) from None
-        logging.getLogger("alembic").setLevel(logging.WARNING)  # its table set-up chatter, once per new store
-        mlflow.set_tracking_uri(cfg.logging.mlflow_uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}")
-        mlflow.set_experiment(cfg.run.name)
-        known = saved_id or _read_id(run_dir)
-        if known is not None and cfg.checkpoint.resume != "none":
-            mlflow.start_run(run_id=known)
-            history = mlflow.tracking.MlflowClient().get_metric_history(known, "train/loss")
-            return cls(mlflow, known, max((m.step for m in history), default=0))
-        run = mlflow.start_run(run_name=cfg.run.name)
-        mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
-        commit_file(run_dir / RUN_ID_FILE, lambda f: f.write(run.info.run_id.encode()))
-        return cls(mlflow, run.info.run_id, 0)
+    def log_row(self, step: int, row: dict[str, float]) -> None: ...
 
-    def log_row(self, step: int, row: dict[str, float]) -> None:
-        """Log a metrics row, unless the run already holds this step (trained again after a restart)."""
-        if step > self.logged_up_to:
-            self.mlflow.log_metrics({k: float(v) for k, v in row.items()}, step=step)
-            self.logged_up_to = step
+    def finish(self, run_dir: Path) -> None: ...
 
-    def finish(self, run_dir: Path) -> None:
-        """The run's outputs as artifacts; the MLflow run ends as finished."""
-        for name in ARTIFACTS:
-            if (run_dir / name).exists():
-                self.mlflow.log_artifact(str(run_dir / name))
-        self.mlflow.end_run(status="FINISHED")
-
-    def pause(self) -> None:
-        """A stopped run (signal, preemption): left open to be reopened by the resumed job."""
-        self.mlflow.end_run(status="KILLED")
+    def pause(self) -> None: ...
 
 
-def open_tracker(cfg: Any, run_dir: Path, components: Any, rank: int) -> Optional[MlflowTracker]:
-    """Rank 0 with ``logging.mlflow``: the run's tracker (``components.tracking_id`` set to its run id)."""
-    if not cfg.logging.mlflow or rank != 0:
-        return None
-    tracker = MlflowTracker.open(cfg, run_dir, components.tracking_id, flat_params(config_to_dict(cfg)))
-    components.tracking_id = tracker.run_id
-    return tracker
-
-
-def flat_params(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"optim": {"lr": 0.1}}`` -> ``{"optim.lr": 0.1}``."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat_params(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _read_id(run_dir: Path) -> Optional[str]:
-    try:
-        return (run_dir / RUN_ID_FILE).read_text().strip() or None
-    except OSError:
-        return None
+def open_trackers(cfg: Any, run_dir: Path, components: Any, rank: int) -> list[Tracker]:
+    """Rank 0: a tracker for each of ``logging.mlflow`` and ``logging.wandb`` that is on, each reopening the
+    run named in ``components.tracking_ids`` (from the resumed checkpoint), which then holds their run ids."""
+    if rank != 0:
+        return []
+    trackers: list[Tracker] = []
+    ids, config = components.tracking_ids, config_to_dict(cfg)
+    if cfg.logging.mlflow:
+        trackers.append(MlflowTracker.open(cfg, run_dir, ids.get("mlflow"), flat_params(config)))
+        ids["mlflow"] = trackers[-1].run_id
+    if cfg.logging.wandb:
+        trackers.append(WandbTracker.open(cfg, run_dir, ids.get("wandb"), config, components.step))
+        ids["wandb"] = trackers[-1].run_id
+    return trackers

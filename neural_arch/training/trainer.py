@@ -45,7 +45,7 @@ from neural_arch.training.sample_log import append_samples, forget_samples_after
 from neural_arch.training.step import evaluate, forward_backward, optimizer_step, step_inputs
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
 from neural_arch.training.stragglers import StragglerWatch
-from neural_arch.training.tracking import open_tracker
+from neural_arch.training.tracking import open_trackers
 
 
 def train(
@@ -151,9 +151,9 @@ class Trainer:
         cfg, rank, step = self.cfg, nd.get_rank(), self.components.step
         if rank == 0:
             save_config(cfg, self.run_dir / "config.yaml")
-        tracker = open_tracker(cfg, self.run_dir, self.components, rank)  # MLflow, when asked
+        trackers = open_trackers(cfg, self.run_dir, self.components, rank)  # MLflow, W&B, when asked
         self.report = RunReporter(
-            self.run_dir, rank, cfg.training.steps, step, cfg.logging.progress, cfg.logging.tensorboard, tracker
+            self.run_dir, rank, cfg.training.steps, step, cfg.logging.progress, cfg.logging.tensorboard, trackers
         )
         resumed_note = f" (resumed from step {resumed})" if resumed else ""
         self.report.log.info("start: world %d, step %d%s", nd.get_world_size(), step, resumed_note)

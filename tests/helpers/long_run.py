@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from tests.helpers.trainer_runs import BASE
 
@@ -22,15 +22,16 @@ LONG = [*BASE, "--set", f"training.steps={STEPS}", "logging.every_steps=50", "ch
 """The regression run of ``STEPS`` steps, a metric row every 50."""
 
 
-def start(run: Path, *extra: str) -> subprocess.Popen[str]:
-    """``neural-arch train`` of ``LONG`` into ``run``, started and left running (pipes for its output)."""
+def start(run: Path, *extra: str, env: Optional[Mapping[str, str]] = None) -> subprocess.Popen[str]:
+    """``neural-arch train`` of ``LONG`` into ``run``, started and left running (pipes for its output);
+    ``env`` adds variables to this process's environment."""
     cmd = [sys.executable, "-m", "neural_arch.cli", "train", *LONG, "--set", f"run.dir={run}", *extra]
     return subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"),
+        env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {})),
     )
 
 

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Mapping, Optional
 
 from tests.helpers.gpt_corpus import CONTEXT, VAL_FRACTION
 from tests.helpers.paths import SCRIPTS
@@ -72,9 +73,11 @@ def gpt_args(corpus: Path) -> list[str]:
     ]
 
 
-def launch_fault(mode: str, step: int, ranks: int, *args: str) -> subprocess.CompletedProcess[str]:
+def launch_fault(
+    mode: str, step: int, ranks: int, *args: str, env: Optional[Mapping[str, str]] = None
+) -> subprocess.CompletedProcess[str]:
     """``train_fault.py`` on ``ranks`` processes under the launcher (``--max_restarts=1``);
-    ``mode`` is ``none`` (no fault), ``kill`` or ``ckpt`` (see the script)."""
+    ``mode`` is ``none`` (no fault), ``kill`` or ``ckpt`` (see the script); ``env`` adds variables."""
     cmd = [
         sys.executable,
         "-m",
@@ -86,4 +89,6 @@ def launch_fault(mode: str, step: int, ranks: int, *args: str) -> subprocess.Com
         str(step),
         *args,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    )

@@ -7,13 +7,10 @@ Read back with MLflow's client: the experiment holds one run, ``train/loss`` has
 exactly once, the params hold the resolved config and the finished run has the report artifacts.
 """
 
-import signal
-
 import pytest
 
-from tests.helpers.cli import cli
-from tests.helpers.long_run import LONG, STEPS, start, wait_for_rows
-from tests.helpers.trainer_runs import BASE, launch_fault
+from tests.helpers.long_run import STEPS
+from tests.helpers.tracked_runs import KILLED_STEPS, killed_and_restarted, stopped_and_resumed
 
 mlflow = pytest.importorskip("mlflow")
 pytestmark = pytest.mark.multiprocess  # runs the CLI and the launcher
@@ -32,25 +29,18 @@ def the_one_run(run_dir):
 @pytest.mark.timeout(300)
 def test_stopped_by_sigterm_and_resumed_is_one_run(tmp_path):
     run = tmp_path / "run"
-    proc = start(run, "--set", "logging.mlflow=true")
-    wait_for_rows(run, 3, proc)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    assert "stopped by signal 15" in (run / "logs" / "rank_0.log").read_text(), out + err
-    resumed = cli("train", *LONG, "--set", f"run.dir={run}", "logging.mlflow=true")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    stopped_and_resumed(run, "logging.mlflow=true")
     one, steps, client = the_one_run(run)
     assert steps == sorted(set(steps)) and steps[-1] == STEPS, steps  # each step once, up to the end
     assert set(range(50, STEPS + 1, 50)) <= set(steps)
     assert one.data.params["training.steps"] == str(STEPS) and one.info.status == "FINISHED"
     assert {a.path for a in client.list_artifacts(one.info.run_id)} >= {"summary.txt", "config.yaml"}
+    assert (run / "mlartifacts").is_dir()  # beside the store, not in the working directory's mlruns/
 
 
 @pytest.mark.timeout(300)
 def test_a_killed_rank_restarted_by_the_launcher_is_one_run(tmp_path):
     run = tmp_path / "run"
-    args = [*BASE, "--set", f"run.dir={run}", "training.steps=20", "logging.every_steps=1", "logging.mlflow=true"]
-    proc = launch_fault("kill", 7, 2, *args)  # rank 1 dies after step 7; the restart resumes from step 4
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    killed_and_restarted(run, "logging.mlflow=true")
     _, steps, _ = the_one_run(run)
-    assert steps == list(range(1, 21)), steps  # steps 5-7, trained twice, logged once
+    assert steps == list(range(1, KILLED_STEPS + 1)), steps  # steps 5-7, trained twice, logged once
