@@ -56,7 +56,7 @@ from neural_arch.distributed.launcher.restart_policy import (
     stopped_on_request,
     usage_error,
 )
-from neural_arch.distributed.launcher.stacks import STACKS_SIGNAL
+from neural_arch.distributed.launcher.stacks import STACKS_SIGNAL, await_delivery
 
 __all__ = ["FailureRecord", "RobustElasticAgent"]
 
@@ -254,7 +254,7 @@ def _waking_first(
             except (ProcessLookupError, PermissionError):
                 pass
         if asked:
-            _await_delivery(workers, STACKS_SIGNAL, time.monotonic() + STACKS_DELIVERY)
+            await_delivery(workers, STACKS_SIGNAL, time.monotonic() + STACKS_DELIVERY)
             time.sleep(STACKS_WAIT)
         if not args and not kwargs and crashed():
             # SIGKILL, then wait for the exits (milliseconds; bounded for a worker stuck in the
@@ -263,24 +263,6 @@ def _waking_first(
         close(*args, **kwargs)
 
     return wake_then_close
-
-
-def _await_delivery(pids: list[int], signum: int, deadline: float) -> None:
-    """Wait until no process of ``pids`` still has ``signum`` pending (or ``deadline``): a signal
-    leaves the pending set as its handler starts. Without /proc (not Linux), return at once."""
-    bit = 1 << (int(signum) - 1)
-    while time.monotonic() < deadline:
-        pending = False
-        for pid in pids:
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue  # gone, or no /proc
-            masks = [line.split()[1] for line in status.splitlines() if line.startswith(("SigPnd:", "ShdPnd:"))]
-            pending = pending or any(int(mask, 16) & bit for mask in masks)
-        if not pending:
-            return
-        time.sleep(0.01)
 
 
 def _live_members(pgid: int) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import faulthandler
 import io
 import signal
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -28,3 +29,21 @@ def dump_stacks_on_request(log: Optional[Path]) -> Optional[io.TextIOBase]:
     out = open(log, "a")  # noqa: SIM115 - held open for faulthandler until the script ends
     faulthandler.register(STACKS_SIGNAL, file=out, all_threads=True, chain=False)
     return out
+
+
+def await_delivery(pids: list[int], signum: int, deadline: float) -> None:
+    """Wait until no process of ``pids`` still has ``signum`` pending (or ``deadline``): a signal
+    leaves the pending set as its handler starts. Without /proc (not Linux), return at once."""
+    bit = 1 << (int(signum) - 1)
+    while time.monotonic() < deadline:
+        pending = False
+        for pid in pids:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue  # gone, or no /proc
+            masks = [line.split()[1] for line in status.splitlines() if line.startswith(("SigPnd:", "ShdPnd:"))]
+            pending = pending or any(int(mask, 16) & bit for mask in masks)
+        if not pending:
+            return
+        time.sleep(0.01)
