@@ -56,7 +56,7 @@ from neural_arch.distributed.launcher.restart_policy import (
     stopped_on_request,
     usage_error,
 )
-from neural_arch.distributed.launcher.stacks import STACKS_SIGNAL, await_delivery
+from neural_arch.distributed.launcher.stacks import STACKS_SIGNAL, await_delivery, handles
 
 __all__ = ["FailureRecord", "RobustElasticAgent"]
 
@@ -243,6 +243,8 @@ def _waking_first(
         # before its own code runs on (and fails on the peers' closed connections).
         asked = 0
         for pid in workers:
+            if not handles(pid, STACKS_SIGNAL):
+                continue  # still starting up: the signal's default action would kill it
             try:
                 os.kill(pid, STACKS_SIGNAL)
                 asked += 1

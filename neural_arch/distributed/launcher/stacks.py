@@ -47,3 +47,17 @@ def await_delivery(pids: list[int], signum: int, deadline: float) -> None:
         if not pending:
             return
         time.sleep(0.01)
+
+
+def handles(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` catches or ignores ``signum`` (/proc's SigCgt and SigIgn masks), so
+    sending it cannot kill the process; False when it is gone. Without /proc (not Linux): True."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return not Path("/proc/self/status").exists()
+    except OSError:
+        return False
+    bit = 1 << (int(signum) - 1)
+    masks = [line.split()[1] for line in status.splitlines() if line.startswith(("SigCgt:", "SigIgn:"))]
+    return any(int(mask, 16) & bit for mask in masks)

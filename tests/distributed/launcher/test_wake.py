@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from neural_arch.distributed.launcher.agent import KILL_WAIT, _stat_fields, _waking_first
+from neural_arch.distributed.launcher.stacks import handles
 
 
 def stopped_child() -> subprocess.Popen:
@@ -76,6 +77,21 @@ def test_without_the_wake_the_stopped_worker_holds_the_signal():
     try:
         close_like_torch(child, waited)
         assert waited == [False] and child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_worker_still_starting_is_not_sent_the_stack_signal():
+    """Before a worker installs its stack handler, the signal's default action would kill it (and
+    the summary would blame it): the agent sends it only to processes that catch it."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        assert not handles(child.pid, signal.SIGUSR2)
+        waited = []
+        _waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid}, lambda: False)()
+        assert waited == [True] and child.returncode == -signal.SIGTERM  # not -SIGUSR2
     finally:
         child.kill()
         child.wait()
