@@ -1,7 +1,7 @@
 """Give large freed blocks back to the operating system (glibc), so a sharded rank's resident
 memory follows what it holds rather than the most it ever held.
 
-Used by run_start.py for ``parallel:`` layouts: ``return_large_frees(4 << 20)``.
+Used by run_start.py for ``parallel:`` layouts: ``return_large_frees(LARGE_BLOCK)``.
 
 Why: glibc serves an allocation from its heap unless it is at least the mmap threshold, and
 it raises that threshold (up to 32 MiB) each time a mapped block is freed. FSDP gathers every

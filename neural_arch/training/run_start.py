@@ -32,8 +32,11 @@ from neural_arch.training.rng import seed_rank
 from neural_arch.training.run_lock import RunDirLock
 from neural_arch.training.typed_config import ConfigError
 
-LARGE_BLOCK = 4 << 20
-"""Bytes from which a sharded layout's allocations get their own mapping (malloc.py)."""
+LARGE_BLOCK = 32 << 10
+"""Bytes from which a sharded layout's allocations get their own mapping (malloc.py). Low: a
+sharded rank's blocks and shards are mostly between 32 KiB and a few MiB, and kept in the heap
+they fragment it (benchmarks/memory/README.md has the measurement); a mapping costs a system call
+and fresh pages, negligible beside the tensor work it holds."""
 
 
 @contextlib.contextmanager
