@@ -51,6 +51,7 @@ def train_args(args: argparse.Namespace, run_dir: Path, corpus: Path) -> list[st
         f"training.steps={args.steps}",
         "training.global_batch_size=4",
         "training.val_batches=1",
+        "training.report=false",  # memory of training and saving; a sharded report's samples take long
         f"checkpoint.every_steps={args.steps}",
         "checkpoint.async_save=false",  # its copy of the state is memory this limit does not have
         "optim.name=adamw",

@@ -77,6 +77,9 @@ class TrainingConfig:
     val_batches: Optional[int] = None
     """Validate on the first N global batches of the validation split only (the same samples on
     any number of ranks, so still comparable across layouts); null = the exact full split."""
+    report: bool = True
+    """At the end, the app's report (report.md, plots, generated samples); false skips
+    it (summary and loss plot stay), e.g. for a large model whose samples take long on a CPU."""
     nan_policy: Literal["stop", "skip"] = "stop"
     """On a non-finite loss: stop with an error, or skip that step on every rank."""
     timeout: float = 600.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -35,3 +35,10 @@ class RunProgress:
         self.since_log += loss_sum
         self.step_times.append(seconds)
         self.samples += batch.global_size
+
+
+def global_batches(sampler: nd.DistributedSampler) -> Iterator[nd.IndexBatch]:
+    """The sampler's global batches from its current position on, epoch after epoch."""
+    while True:
+        yield from sampler
+        sampler.set_epoch(sampler.epoch + 1)

@@ -19,7 +19,7 @@ import socket
 import time
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -33,7 +33,7 @@ from neural_arch.training.interval_metrics import IntervalMeter, first_step_flop
 from neural_arch.training.prefetch import Prefetcher, next_batch
 from neural_arch.training.profiling import StepProfiler
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
-from neural_arch.training.run_progress import RunProgress
+from neural_arch.training.run_progress import RunProgress, global_batches
 from neural_arch.training.run_start import (
     build_components,
     claimed_run_dir,
@@ -259,17 +259,23 @@ class Trainer:
             "train_seconds": train_seconds,
             "steps": float(len(times)),
         }
-        placement = run.placement
-        if run.task.REPORT_ON_EVERY_RANK and placement.sharded and placement.pipeline is None:
-            run.task.report(self.run_dir, placement.plain, final, throughput)  # collective forwards, no gather
-        else:
-            whole = placement.whole_model(run.task)  # collective for sharded layouts
-            if nd.get_rank() == 0:
-                run.task.report(self.run_dir, whole, final, throughput)
+        if self.cfg.training.report:
+            self._task_report(final, throughput)
         if nd.get_rank() == 0:
             self._write_outputs(final, throughput, per_rank)
             self.report.end_tracking(finished=True)
         return final
+
+    def _task_report(self, final: dict[str, float], throughput: dict[str, float]) -> None:
+        """The app's report: on every rank with the placed model where the app can (a sharded
+        model is never gathered), else on rank 0 with the whole model (gathered if sharded)."""
+        task, placement = self.components.task, self.components.placement
+        if task.REPORT_ON_EVERY_RANK and placement.sharded and placement.pipeline is None:
+            task.report(self.run_dir, placement.plain, final, throughput)  # collective forwards
+            return
+        whole = placement.whole_model(task)  # collective for sharded layouts
+        if nd.get_rank() == 0:
+            task.report(self.run_dir, whole, final, throughput)
 
     def _write_outputs(
         self, final: dict[str, float], throughput: dict[str, float], per_rank: list[tuple[float, float]]
@@ -284,13 +290,6 @@ class Trainer:
         (run_dir / "summary.txt").write_text(summary + "\n")
         (run_dir / "summary.json").write_text(json.dumps({**throughput, **final}, indent=2) + "\n")
         print(summary, flush=True)
-
-
-def global_batches(sampler: nd.DistributedSampler) -> Iterator[nd.IndexBatch]:
-    """The sampler's global batches from its current position on, epoch after epoch."""
-    while True:
-        yield from sampler
-        sampler.set_epoch(sampler.epoch + 1)
 
 
 def _due(step: int, every: Optional[int]) -> bool:

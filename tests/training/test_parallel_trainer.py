@@ -192,3 +192,10 @@ def test_pipeline_shards_resume_on_one_process_and_back(corpus, reference, tmp_p
     for resumed in (piped, single):
         assert "resumed from step 5" in (resumed / "logs" / "rank_0.log").read_text()
         assert_resumed_exactly(resumed, reference)
+
+
+def test_report_false_skips_the_apps_report_only(corpus, tmp_path):
+    run = tmp_path / "run"
+    train(run, corpus, 2, "--set", "training.report=false", "parallel.dp_shard=2", procs=2)
+    assert not (run / "report.md").exists()
+    assert (run / "summary.json").exists() and (run / "loss.png").exists()
