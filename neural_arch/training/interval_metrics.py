@@ -10,10 +10,13 @@ Used by trainer.py::
 The loop already sums (loss, samples) over ranks once per metrics row; the per-rank numbers
 travel in the same SUM all-reduce, each rank writing only its own slots, so every rank learns
 every rank's data wait, compute time and peak memory at no extra collective. FLOPs per step are
-counted once (``count_flops`` around the first step, ``torch.utils.flop_counter``); the peak is
+counted once (``first_step_flops`` around the first step, with ``torch.utils.flop_counter``'s formulas); the peak is
 ``logging.peak_flops`` or measured once with a matmul (``measured_peak_flops``). MFU is the
-achieved FLOP/s over the peak of all ranks together. FLOPs are counted for every layout but a
-pipeline (whose ranks each run some stages); its rows have no FLOP/s or MFU.
+achieved FLOP/s over the peak of all ranks together. Every rank counts what it runs (its share
+of the batch) and the counts are summed; tensor-parallel peers count their DTensor ops whole,
+so each adds its count divided by their number. Pipelines are not counted: a pipeline step
+counts about 1.29x one process's FLOPs on the test GPT, unexplained so far, so its rows have
+no FLOP/s or MFU rather than a wrong one.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional, TypeVar
+from typing import Any, Iterator, Optional
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-T = TypeVar("T")
 FIRST = 2
 """Slots before the per-rank ones: this rank's (loss sum, samples) since the last row."""
 PER_RANK = 4
@@ -41,12 +44,11 @@ class IntervalMeter:
         rank: int,
         device: torch.device,
         peak_flops: Optional[float],
-        dp_size: Optional[int] = None,
+        tp_size: int = 1,
     ) -> None:
         self.world_size, self.rank, self.device, self.peak_flops = world_size, rank, device, peak_flops
-        self.dp_size = dp_size or world_size
-        """Ranks that see different samples: rank 0's FLOPs stand for each of them (tensor-parallel
-        DTensor ops are counted whole, so its peers add nothing)."""
+        self.tp_size = tp_size
+        """Tensor-parallel peers: each counts the same whole DTensor ops, so each adds 1/tp_size."""
         self.step_flops: Optional[float] = None
         """This rank's FLOPs of one step, once counted."""
         self.forward_per_rank: list[float] = []
@@ -71,7 +73,7 @@ class IntervalMeter:
         packed[at : at + PER_RANK] = torch.tensor(
             [self.data_wait / steps, self.compute / steps, self.forward / steps, peak_memory(self.device)]
         )
-        packed[-1] = (self.step_flops or 0.0) if self.rank == 0 else 0.0
+        packed[-1] = (self.step_flops or 0.0) / self.tp_size
         return packed
 
     def row(self, total: torch.Tensor, tokens_per_sample: Optional[int]) -> dict[str, float]:
@@ -89,8 +91,8 @@ class IntervalMeter:
         }
         if tokens_per_sample:
             values["perf/tokens_per_s"] = samples_per_step * tokens_per_sample / step_seconds
-        if float(total[-1]):  # FLOPs of the step: rank 0's count stands for each data-parallel rank
-            flops = float(total[-1]) * self.dp_size / step_seconds
+        if float(total[-1]):  # FLOPs of one step, summed over the ranks
+            flops = float(total[-1]) / step_seconds
             values["perf/flops_per_s"] = flops
             if self.peak_flops:
                 values["perf/mfu"] = flops / (self.peak_flops * self.world_size)
@@ -107,30 +109,40 @@ class IntervalMeter:
 
 
 @contextlib.contextmanager
-def first_step_flops(meter: IntervalMeter, countable: bool) -> Iterator[None]:
-    """Count the FLOPs of the step run inside, once per process (``countable``: the placement's
-    ops are ones the counter follows; a later step, or an uncountable one, runs untouched)."""
+def first_step_flops(meter: IntervalMeter, countable: bool = True) -> Iterator[None]:
+    """Count the FLOPs of the step run inside, once per process (a later step, or one that is not
+    ``countable``, runs untouched)."""
     if meter.step_flops is not None or not countable:
         yield
         return
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
+    counter = FlopCounter()
     with counter:
         yield
-    meter.step_flops = float(counter.get_total_flops()) or None
+    meter.step_flops = counter.total or None
 
 
-def count_flops(step: Callable[[], T]) -> tuple[T, Optional[float]]:
-    """``step()``'s result and the FLOPs it ran (matmuls, convolutions, attention: what
-    ``torch.utils.flop_counter`` counts); None where the counter cannot follow it."""
-    from torch.utils.flop_counter import FlopCounterMode
+class FlopCounter(TorchDispatchMode):
+    """FLOPs of the operations ``torch.utils.flop_counter`` has formulas for (matmuls,
+    convolutions, attention), in forward and backward: ``with FlopCounter() as c: ...; c.total``.
 
-    counter = FlopCounterMode(display=False)
-    with counter:
-        result = step()
-    total = counter.get_total_flops()
-    return result, float(total) if total else None
+    Why not ``FlopCounterMode``: its per-module breakdown hooks autograd in a way a pipeline
+    stage's backward (``autograd.grad``) refuses. An operation on DTensors is counted once,
+    with its global shapes (its local operations run below this mode)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.utils.flop_counter import flop_registry
+
+        self.registry, self.total = flop_registry, 0.0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = self.registry.get(func._overloadpacket)
+        # Meta tensors only carry shapes (a pipeline stage infers its shapes on them): no work.
+        if formula is not None and not any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
+            self.total += float(formula(*args, **kwargs, out_val=out))
+        return out
 
 
 def measured_peak_flops(device: torch.device, size: int = 512, repeats: int = 5) -> float:

@@ -62,11 +62,12 @@ def test_two_ranks_log_each_ranks_compute_time_and_the_whole_jobs_flops(tmp_path
 
 @pytest.mark.timeout(300)
 def test_sharded_layouts_count_the_same_flops_per_step_as_one_process(tmp_path):
-    """A tiny GPT: FSDP x2 (each rank computes half the batch) and TP x2 (DTensor ops counted
-    whole on rank 0) report the FLOPs of one process's step (float64: the counts are exact)."""
+    """A tiny GPT: FSDP x2 (each rank computes half the batch) and TP x2 (DTensor ops counted whole
+    on each rank, so each adds half) report the FLOPs of one process's step (float64: exact)."""
     corpus = make_corpus(tmp_path / "gpt")
     per_step = {}
-    for name, layout in {"one": [], "fsdp2": ["parallel.dp_shard=2"], "tp2": ["parallel.tp=2"]}.items():
+    layouts = {"one": [], "fsdp2": ["parallel.dp_shard=2"], "tp2": ["parallel.tp=2"]}
+    for name, layout in layouts.items():
         procs = ["--nproc-per-node", "2"] if layout else []
         run = tmp_path / name
         settings = ["training.steps=4", "logging.every_steps=2", "logging.peak_flops=1e9", f"run.dir={run}"]
