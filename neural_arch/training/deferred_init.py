@@ -19,7 +19,6 @@ stays deferred. Tensors made otherwise (``torch.zeros``, ``torch.randn``) are re
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -190,27 +189,30 @@ def _is_view(func: Any) -> bool:
 class Materializer:
     """Gives deferred parameters and buffers real values, one module at a time (``__call__``)."""
 
-    def __init__(self) -> None:
-        self._done: dict[tuple[int, Geometry], weakref.ref] = {}  # tied weights stay one parameter
+    def __init__(self, root: nn.Module) -> None:
+        self._root = root
+        """The whole model: a parameter shared with a module outside the one materialized (tied
+        weights) is replaced there too, so the two stay one parameter."""
 
     def __call__(self, module: nn.Module) -> None:
         """Make every deferred tensor under ``module`` real (those already real are left alone)."""
+        # deferred parameter's id -> (it, its real parameter); holding it keeps the id unique
+        real: dict[int, tuple[nn.Parameter, nn.Parameter]] = {}
         for sub in module.modules():
             for name, param in list(sub._parameters.items()):
                 if isinstance(param, _Deferred):
-                    sub._parameters[name] = self._real_parameter(param)
+                    if id(param) not in real:
+                        real[id(param)] = (param, nn.Parameter(param.real(), requires_grad=param.requires_grad))
+                    sub._parameters[name] = real[id(param)][1]
             for name, buffer in list(sub._buffers.items()):
                 if isinstance(buffer, _Deferred):
                     sub._buffers[name] = buffer.real()
-
-    def _real_parameter(self, param: _Deferred) -> nn.Parameter:
-        key = (id(param.record), _geometry(param))
-        done = self._done.get(key)
-        if done is not None and done() is not None:
-            return done()
-        real = nn.Parameter(param.real(), requires_grad=param.requires_grad)
-        self._done[key] = weakref.ref(real)
-        return real
+        if not real:
+            return
+        for sub in self._root.modules():  # the same parameters elsewhere in the model
+            for name, param in list(sub._parameters.items()):
+                if param is not None and id(param) in real and real[id(param)][0] is param:
+                    sub._parameters[name] = real[id(param)][1]
 
 
 def deferred(model: nn.Module) -> bool:
@@ -222,4 +224,4 @@ def build_deferred(build: Callable[[], nn.Module]) -> tuple[nn.Module, Materiali
     """``build()`` with its ``torch.empty`` tensors deferred, and the ``Materializer`` that fills them."""
     with _Recorder():
         model = build()
-    return model, Materializer()
+    return model, Materializer(model)

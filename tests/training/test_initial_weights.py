@@ -36,8 +36,13 @@ def placed(rank: int, world: int, overrides: list[str]) -> dict:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "layout",
-    [["parallel.dp_shard=2"], ["parallel.tp=2"], ["parallel.pp=2"]],
-    ids=["fsdp2", "tp2", "pp2"],
+    [
+        ["parallel.dp_shard=2"],
+        ["parallel.tp=2"],
+        ["parallel.tp=2", "parallel.sequence_parallel=true"],
+        ["parallel.pp=2"],
+    ],
+    ids=["fsdp2", "tp2", "tp2+sp", "pp2"],
 )
 def test_placed_model_equals_one_process_build(tmp_path, layout):
     corpus = make_corpus(tmp_path / "gpt")
