@@ -3,54 +3,21 @@
 Use (Linux): ``from tests.helpers.proc_tree import alive, listening, process_tree``;
 ``tree = process_tree(launcher.pid)``; ``listening(tree)`` -> ``[(pid, "127.0.0.1", 40123), ...]``;
 ``alive(pids)`` -> the pids still running (zombies do not count). Shared by the launcher and
-trainer tests; reads only /proc, so it sees exactly what the kernel sees.
+trainer tests; reads only /proc, so it sees exactly what the kernel sees. The process tree
+and ``alive`` are benchmarks/common/proc_tree.py's.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-from pathlib import Path
 
-PROC = Path("/proc")
+from benchmarks.common.proc_tree import PROC, alive, process_tree  # one copy: the soak uses it too
+
+__all__ = ["alive", "is_loopback", "listening", "process_tree"]
+
 TCP_LISTEN = "0A"
 """The ``st`` column of /proc/net/tcp{,6} for a listening socket."""
-
-
-def _stat(pid: int) -> tuple[str, int]:
-    """(state, parent pid) of ``pid``; raises OSError when it is gone."""
-    fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    return fields[0], int(fields[1])
-
-
-def process_tree(root: int) -> set[int]:
-    """``root`` and every process descended from it, as of now."""
-    children: dict[int, list[int]] = {}
-    for entry in PROC.iterdir():
-        if entry.name.isdigit():
-            try:
-                children.setdefault(_stat(int(entry.name))[1], []).append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue  # exited while we looked
-    found, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found.add(pid)
-            todo.extend(children.get(pid, ()))
-    return found
-
-
-def alive(pids: set[int]) -> set[int]:
-    """The ``pids`` still running; a zombie holds no port, file or CPU, so it counts as gone."""
-    running = set()
-    for pid in pids:
-        try:
-            if _stat(pid)[0] != "Z":
-                running.add(pid)
-        except (OSError, IndexError):
-            continue
-    return running
 
 
 def _socket_inodes(pid: int) -> set[str]:
