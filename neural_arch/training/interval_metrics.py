@@ -14,9 +14,9 @@ counted once (``first_step_flops`` around the first step, with ``torch.utils.flo
 ``logging.peak_flops`` or measured once with a matmul (``measured_peak_flops``). MFU is the
 achieved FLOP/s over the peak of all ranks together. Every rank counts what it runs (its share
 of the batch) and the counts are summed; tensor-parallel peers count their DTensor ops whole,
-so each adds its count divided by their number. Pipelines are not counted: a pipeline step
-counts about 1.29x one process's FLOPs on the test GPT, unexplained so far, so its rows have
-no FLOP/s or MFU rather than a wrong one.
+so each adds its count divided by their number. Pipelines are not counted yet: a pipeline
+step's count does not match one process's (it comes out higher), so their rows have no FLOP/s
+or MFU rather than a wrong one.
 """
 
 from __future__ import annotations
