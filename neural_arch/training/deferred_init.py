@@ -1,9 +1,10 @@
 """Build a model without allocating its parameters, then allocate them one module at a time.
 
 Use: ``model, materialize = build_deferred(task.build_model)`` returns the model with every
-parameter made by ``torch.empty`` (what ``nn.Linear``, ``nn.Embedding``, ... do) on the meta
-device; ``materialize(module)`` then gives ``module``'s parameters and buffers their real
-values in host memory. A sharded layout calls it on one block just before sharding that block,
+parameter made by ``torch.empty`` (what ``nn.Linear``, ``nn.Embedding``, ... do) a placeholder
+that holds no memory (a CPU-looking tensor, not a meta one: see ``_Deferred``);
+``materialize(module)`` then gives ``module``'s parameters and buffers their real values in
+host memory. A sharded layout calls it on one block just before sharding that block,
 so a rank holds one block's full tensors at a time, never the whole model.
 
 The values are bitwise those of calling ``build_model()`` in host memory: while it runs, every
