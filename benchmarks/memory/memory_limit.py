@@ -100,7 +100,7 @@ def run_job(
         outcome = "killed"
     else:
         outcome = f"failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}"
-    return {"name": name, "ranks": records, "outcome": outcome, "seconds": seconds}
+    return {"name": name, "ranks": records, "outcome": outcome, "seconds": seconds, "run_dir": run_dir}
 
 
 def _oom_kills(group: Path) -> int:

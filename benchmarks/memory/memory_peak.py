@@ -16,6 +16,7 @@ training process; this script measures the CPU processes.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +49,7 @@ def measure(size: str, args: argparse.Namespace, root: Path) -> list[tuple[str, 
     rows = []
     for name, layout, ranks, ideal in [row for row in LAYOUTS if row[0] in args.layouts or row[0] == "DDP x2"]:
         result = run_job(f"{name} {size}", job, root, NO_LIMIT, layout=layout, ranks=ranks)
+        shutil.rmtree(result["run_dir"], ignore_errors=True)  # a large model's checkpoints fill the disk
         if result["outcome"] != "trained and saved":
             raise SystemExit(f"{name} at {size}: {result['outcome']}")
         peak = max(r["vm_hwm"] for r in result["ranks"]) / 2**30
