@@ -162,8 +162,7 @@ class Trainer:
         self.progress = RunProgress(resumed_from=resumed, last_saved=resumed)
         run = self.components
         peak = cfg.logging.peak_flops or measured_peak_flops(run.device)
-        tp = nd.get_world_size() // (run.placement.dp_size * cfg.parallel.pp)  # ranks sharing each op
-        self.meter = IntervalMeter(nd.get_world_size(), rank, run.device, peak, tp)
+        self.meter = IntervalMeter(nd.get_world_size(), rank, run.device, peak, cfg.parallel.tp)
         hosts = nd.all_gather_object(socket.gethostname())
         self.watch = StragglerWatch(hosts, cfg.logging.straggler_threshold, cfg.logging.straggler_intervals)
 
