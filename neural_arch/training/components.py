@@ -14,6 +14,7 @@ from typing import Any, Optional
 import torch
 
 import neural_arch.distributed as nd
+from neural_arch.distributed.data_parallel.keyed_random import KeyedRandomness
 from neural_arch.training.builders import build_optimizer, build_scaler, build_scheduler, compile_blocks
 from neural_arch.training.config import Config, config_to_dict
 from neural_arch.training.placement import Placement, place_model
@@ -41,6 +42,9 @@ class TrainingComponents:
     forward_seconds: float = 0.0
     """This rank's seconds in forward passes during its last step, before any gradient sync (a
     pipeline: its whole schedule); the straggler signal (stragglers.py)."""
+    keyed: Optional[KeyedRandomness] = None
+    """Draws every random op of a training forward (dropout) per sample, so that a sample's mask
+    does not depend on the number of ranks or micro-batches; None: the process's own stream."""
 
     @classmethod
     def build(cls, cfg: Config, device: torch.device) -> TrainingComponents:
@@ -59,9 +63,11 @@ class TrainingComponents:
             rank=placement.dp_rank,
             num_replicas=placement.dp_size,
         )
-        return cls(
+        parts = cls(
             cfg, task, placement, optimizer, build_scheduler(cfg, optimizer), build_scaler(cfg, device), sampler, device
         )
+        parts.keyed = KeyedRandomness(cfg.run.seed, model=placement.plain, announce=nd.get_rank() == 0)
+        return parts
 
     @property
     def model(self) -> torch.nn.Module:

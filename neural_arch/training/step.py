@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Optional
+from typing import Any, ContextManager, Optional
 
 import torch
 
@@ -23,6 +23,7 @@ from neural_arch.distributed.parallel.weighting import data_parallel_loss, pad_r
 from neural_arch.training.builders import autocast_context
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.placement import Placement
+from neural_arch.training.typed_config import ConfigError
 
 
 def forward_backward(
@@ -36,7 +37,8 @@ def forward_backward(
     components.forward_seconds = 0.0
     if components.placement.pipeline is not None:
         started = time.perf_counter()
-        total = _pipeline_pass(components, batch, inputs[0])
+        with _keyed(components, [], why_not="a pipeline's schedule splits the batch itself"):
+            total = _pipeline_pass(components, batch, inputs[0])
         components.forward_seconds = time.perf_counter() - started
         return total
     return _accumulate(components, batch, inputs)
@@ -90,10 +92,14 @@ def _accumulate(
     for j, (part, rows) in enumerate(zip(micro, inputs)):
         # All but the last micro-batch accumulate locally; the last one averages the total.
         sync = contextlib.nullcontext() if j == len(micro) - 1 else placement.no_sync()
+        n = max(len(part), placement.min_rows)  # padding rows get ids no sample has
+        ids = part.tolist() + [-1 - i for i in range(n - len(part))]
         with sync, autocast_context(cfg, components.device):
             started = time.perf_counter()
-            per_sample = components.task.loss(placement.model, rows)
+            with _keyed(components, ids):
+                per_sample = components.task.loss(placement.model, rows)
             components.forward_seconds += time.perf_counter() - started
+            check_loss_shape(per_sample, n)
             # Weighted by the ranks that see different samples, so the data-parallel average is
             # the gradient of the global batch's mean (padding rows, if any, weigh exactly 0).
             loss = data_parallel_loss(
@@ -104,6 +110,33 @@ def _accumulate(
             local[0] += per_sample.detach()[: len(part)].double().sum().cpu()
     local[1] = len(batch) if placement.leader else 0
     return local
+
+
+def _keyed(components: TrainingComponents, ids: list[int], why_not: str = "") -> ContextManager[Any]:
+    """Random ops of this forward drawn per sample (keyed_random.py), or left as they are."""
+    if components.keyed is None:
+        return contextlib.nullcontext()
+    return components.keyed.forward(components.step + 1, ids, why_not=why_not)
+
+
+def check_loss_shape(per_sample: Any, rows: int) -> None:
+    """One line (exit 2, no restart) when ``Task.loss`` did not return one loss per sample: a
+    scalar or a per-token loss would train silently with wrong weights, or fail obscurely."""
+    shape = tuple(per_sample.shape) if isinstance(per_sample, torch.Tensor) else None
+    if shape == (rows,):
+        return
+    got = f"shape {list(shape)}" if shape is not None else f"a {type(per_sample).__name__}"
+    hint = (
+        "a scalar is a batch mean (e.g. Hugging Face's outputs.loss), which cannot be weighted exactly; compute it "
+        "from the logits with reduction='none'"
+        if shape == ()
+        else "reduce the other dimensions per sample, e.g. F.cross_entropy(logits.transpose(1, 2), y, "
+        "reduction='none').mean(1)"
+    )
+    raise ConfigError(
+        f"Task.loss returned {got} for a micro-batch of {rows} samples; it must return one loss per sample, "
+        f"shape [{rows}]: {hint} (docs/custom-app.md, the loss)"
+    )
 
 
 def _pipeline_pass(components: TrainingComponents, batch: nd.IndexBatch, rows: dict[str, torch.Tensor]) -> torch.Tensor:

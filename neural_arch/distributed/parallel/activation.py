@@ -7,8 +7,9 @@ storing them, ``every=k`` blocks 0, k, 2k, ..., ``every=0`` changes nothing.
 Each chosen block's ``forward`` is replaced on the instance by one that runs the original
 through ``torch.utils.checkpoint.checkpoint(use_reentrant=False)``. Unlike wrapping the
 block in another module, this keeps every parameter name (and so checkpoints, optimizer
-state and tensor-parallel plans) unchanged. The RNG state is replayed, so dropout masks
-are recomputed bit for bit and gradients equal those without checkpointing.
+state and tensor-parallel plans) unchanged. The recomputation draws what the forward drew:
+keyed per-sample draws (keyed_random.py) replay their call numbers, the process's RNG state
+is restored for the rest, so dropout masks and gradients equal those without checkpointing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any, Callable, Sequence
 
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+from neural_arch.distributed.data_parallel.keyed_random import recompute_contexts
 
 _MARK = "_neural_arch_checkpointed"
 
@@ -47,6 +50,6 @@ def apply_activation_checkpointing(blocks: Sequence[nn.Module], every: int, firs
 def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, context_fn=recompute_contexts, **kwargs)
 
     return run
