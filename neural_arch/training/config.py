@@ -101,6 +101,7 @@ _RANGES: dict[str, RangeRule] = {
     "training.grad_clip": ((lambda v: v > 0), "> 0 (or null to disable clipping)"),
     "training.val_every": at_least(0),
     "training.val_batches": at_least(1),
+    "training.data_workers": at_least(0),
     "training.timeout": POSITIVE,
     "checkpoint.every_steps": at_least(0),
     "checkpoint.keep_last": at_least(1),
@@ -179,6 +180,11 @@ def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
         raise ConfigError(
             "parallel.cpu_offload=true moves FSDP's shards to host memory on a CUDA run, but this machine has "
             "no CUDA device (on the CPU they are in host memory already); set parallel.cpu_offload=false"
+        )
+    if cfg.training.data_workers and not cfg.training.prefetch:
+        raise ConfigError(
+            f"training.data_workers={cfg.training.data_workers} builds batches ahead, which training.prefetch=false "
+            "forbids (batch() draws from the global RNG); set training.data_workers=0 or training.prefetch=true"
         )
     if cfg.training.compile and layout_active(cfg.parallel):
         raise ConfigError(

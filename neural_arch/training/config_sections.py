@@ -87,6 +87,10 @@ class TrainingConfig:
     prefetch: bool = True
     """Build the next step's batch in a background thread while this step computes (same ids,
     same tensors); set false for a task whose ``batch()`` draws from torch's global RNG."""
+    data_workers: int = 0
+    """Build the coming steps' batches in this many DataLoader worker processes instead of the
+    prefetch thread (decoding-heavy ``batch()``: images, audio, tokenization); the same samples and
+    the same tensors as 0, bitwise. Needs ``prefetch: true`` (the same purity of ``batch()``)."""
     compile: bool = False
     """``torch.compile`` the model's repeated blocks (or the whole model if it has none): a slow
     first step, then maybe faster ones (not the sea-ice U-Net on CPU); float32 rounding of eager."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -26,11 +25,12 @@ import torch
 import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint import CheckpointWriter, record_metric
 from neural_arch.distributed.checkpoint.layout import step_name
+from neural_arch.training.batch_workers import batch_builder
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config
 from neural_arch.training.heap import frozen_heap
 from neural_arch.training.interval_metrics import IntervalMeter, first_step_flops, measured_peak_flops
-from neural_arch.training.prefetch import Prefetcher, next_batch
+from neural_arch.training.prefetch import next_batch
 from neural_arch.training.profiling import StepProfiler
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
 from neural_arch.training.run_progress import RunProgress, global_batches
@@ -42,7 +42,7 @@ from neural_arch.training.run_start import (
     weights_from,
 )
 from neural_arch.training.sample_log import append_samples, forget_samples_after
-from neural_arch.training.step import evaluate, forward_backward, optimizer_step, step_inputs
+from neural_arch.training.step import evaluate, forward_backward, optimizer_step
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
 from neural_arch.training.stragglers import StragglerWatch
 from neural_arch.training.tracking import open_trackers
@@ -107,7 +107,7 @@ class Trainer:
             with (
                 StopSignals() as stop,
                 frozen_heap(),
-                Prefetcher(partial(step_inputs, run), enabled=cfg.training.prefetch) as prefetch,
+                batch_builder(run) as prefetch,  # the prefetch thread, DataLoader workers or neither
                 StepProfiler(cfg.profiling, nd.get_rank(), self.run_dir, run.device, run.step) as profiler,
             ):
                 batches = global_batches(run.sampler)

@@ -50,6 +50,26 @@ BASE = [
 """The regression MLP's run (the default task)."""
 
 
+TWENTY_STEPS = [
+    f"{k}={v}"
+    for k, v in {
+        "training.steps": 20,
+        "training.global_batch_size": 12,
+        "training.grad_accum_steps": 2,
+        "data.num_samples": 101,
+        "data.val_samples": 25,
+        "model.hidden": 8,
+        "training.precision": "fp64",
+        "logging.every_steps": 1,
+        "logging.progress": "false",
+        "logging.tensorboard": "false",
+        "checkpoint.every_steps": 0,
+    }.items()
+]
+"""In-process ``train(load_config(None, [*TWENTY_STEPS, f"run.dir={run}"]))`` of the regression MLP:
+101 samples / 12 per step, 2 micro-batches; 20 steps cross two epoch ends and uneven batches."""
+
+
 def gpt_args(corpus: Path) -> list[str]:
     """A tiny GPT (d_model 16, 2 blocks, context 16), Adam; 27 windows per epoch in batches of 6,
     so an epoch is 5 steps ending with 3 samples (2 + 1 on two ranks, 1 + 1 + 1 on three).

@@ -18,6 +18,7 @@ from neural_arch.training.config import load_config
 from neural_arch.training.prefetch import Prefetcher, next_batch
 from neural_arch.training.trainer import train
 from tests.helpers.run_outputs import assert_params, final_params, metrics
+from tests.helpers.trainer_runs import TWENTY_STEPS
 
 
 def prefetch_threads() -> list[threading.Thread]:
@@ -99,29 +100,10 @@ def test_prefetch_changes_no_number(tmp_path, monkeypatch):
     hits: list[int] = []
     real_close = Prefetcher.close
     monkeypatch.setattr(prefetch_module.Prefetcher, "close", lambda self: (hits.append(self.hits), real_close(self))[1])
-    # 101 samples / 12 per step, 2 micro-batches: 20 steps cross two epoch ends and uneven batches
-    base = [
-        *(
-            f"{k}={v}"
-            for k, v in {
-                "training.steps": 20,
-                "training.global_batch_size": 12,
-                "training.grad_accum_steps": 2,
-                "data.num_samples": 101,
-                "data.val_samples": 25,
-                "model.hidden": 8,
-                "training.precision": "fp64",
-                "logging.every_steps": 1,
-                "logging.progress": "false",
-                "logging.tensorboard": "false",
-                "checkpoint.every_steps": 0,
-            }.items()
-        )
-    ]
     runs = {}
     for prefetch in ("true", "false"):
         run = tmp_path / prefetch
-        train(load_config(None, [*base, f"run.dir={run}", f"training.prefetch={prefetch}"]))
+        train(load_config(None, [*TWENTY_STEPS, f"run.dir={run}", f"training.prefetch={prefetch}"]))
         runs[prefetch] = run
     assert hits == [19, 0]  # every step after the first took the background build; none with prefetch off
     assert metrics(runs["true"]) == metrics(runs["false"])
