@@ -117,11 +117,11 @@ def test_an_unkeyable_random_op_is_named_once():
 @pytest.mark.parametrize(
     "layout",
     [
-        ["training.grad_accum_steps=2"],  # DDP x2, each share in 2 micro-batches
+        ["training.grad_accum_steps=3"],  # DDP x2, each share in 3 micro-batches
         ["parallel.dp_shard=2"],  # FSDP2
         ["parallel.dp_shard=2", "parallel.activation_checkpointing=1"],  # masks replayed in recomputation
     ],
-    ids=["ddp2+accum2", "fsdp2", "fsdp2+checkpointing"],
+    ids=["ddp2+accum3", "fsdp2", "fsdp2+checkpointing"],
 )
 def test_dropout_run_equals_one_process(corpus, reference, tmp_path, layout):
     train(tmp_path / "run", corpus, 10, *DROPOUT, "--set", *layout, procs=2)
