@@ -111,20 +111,37 @@ def _launch_workers(cfg: Config, nproc: int, worker_argv: list[str]) -> int:
         backend=None if cfg.training.backend == "auto" else cfg.training.backend,
         log_dir=str(Path(cfg.run.dir) / "logs" / "console"),
         rank0_only=True,
+        loader_workers=cfg.training.data_workers,  # --cpu-bind auto gives a rank room for them
     )
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
+    checkpoints = Path(cfg.run.dir) / "checkpoints"
+    before = newest_step(checkpoints)
     try:
         return DistributedLauncher(launch).launch(__file__, *worker_argv)
-    except SignalException as stop:  # Ctrl-C or SIGTERM to this command: the workers were told and saved
+    except SignalException as stop:  # Ctrl-C or SIGTERM to this command: the workers were told to save
         name = signal.Signals(stop.sigval).name
-        print(
-            f"{PROG}: stopped by {name}; the workers saved a checkpoint at the step they were on. Run the same "
-            "command to continue from there.",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"{PROG}: stopped by {name}; {saved_note(checkpoints, before)}", file=sys.stderr, flush=True)
         return 128 + int(stop.sigval)
+
+
+def newest_step(checkpoints: Path) -> Optional[int]:
+    """The newest step directory's step in ``checkpoints`` (None if there is none)."""
+    from neural_arch.distributed.checkpoint.layout import step_dirs
+
+    found = step_dirs(checkpoints)
+    return found[-1][0] if found else None
+
+
+def saved_note(checkpoints: Path, before: Optional[int]) -> str:
+    """What a stopped run left, read off the disk: a stop during loading or before the first
+    save wrote nothing, and must not claim it did."""
+    now = newest_step(checkpoints)
+    if now is not None and now != before:
+        return f"the workers saved a checkpoint at step {now}. Run the same command to continue from there."
+    if now is not None:
+        return f"no new checkpoint was saved; the newest is still step {now}, where the same command continues."
+    return "no checkpoint was saved; the same command starts from the beginning."
 
 
 def without_nproc(argv: list[str]) -> list[str]:

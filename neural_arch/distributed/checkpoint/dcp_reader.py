@@ -15,6 +15,8 @@ methods with ``untrusted.py``'s readers and leave the rest of DCP as it is.
 from __future__ import annotations
 
 import io
+import os
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
@@ -38,10 +40,27 @@ class SafeFileSystemReader(FileSystemReader):
         rank: Optional[int] = kwargs.get("rank")
         # Same file names and post-processing as FileSystemReader.read_metadata in torch 2.13.
         metadata = read_dcp_metadata(self.path, METADATA if rank is None else f"__{rank}{METADATA}")
+        _check_storage_files(Path(self.path), metadata)
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+def _check_storage_files(directory: Path, metadata: Metadata) -> None:
+    """Every data file the metadata names is a plain file name in ``directory`` (DCP joins
+    it to the directory as given, so ``../../dev/zero`` would be read)."""
+    for info in (metadata.storage_data or {}).values():
+        name = getattr(info, "relative_path", None)
+        if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or "\x00" in name:
+            shown = repr(name)[:120]
+            raise CheckpointError(f"{directory / METADATA} names data file {shown}, which is not a file in {directory}")
+        try:
+            regular = stat.S_ISREG(os.lstat(directory / name).st_mode)
+        except OSError:
+            continue  # missing: DCP says so itself
+        if not regular:  # a link, FIFO or device: could point anywhere, block, or never end
+            raise CheckpointError(f"{directory / METADATA} names data file {name!r}, which is not a regular file")
 
 
 class _SafeBytes:

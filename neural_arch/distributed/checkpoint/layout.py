@@ -26,11 +26,12 @@ import re
 import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Union
 
 from neural_arch.distributed.checkpoint.errors import DamagedCheckpoint
 from neural_arch.utils.atomic import TMP_PREFIX, commit_file, commit_symlink, delete_atomically, sha256, write_file
+from neural_arch.utils.safe_files import read_regular, sha256_regular
 
 FORMAT = 1
 STATE_FILE = "state.pt"
@@ -38,6 +39,8 @@ MANIFEST = "manifest.json"
 POINTERS = ("last", "best")
 STEP_DIR = re.compile(r"step_(\d+)")
 PathLike = Union[str, Path]
+MAX_MANIFEST_BYTES = 64 << 20
+"""A manifest lists one line per file; far below this even for thousands of DCP shards."""
 
 
 @dataclass(frozen=True)
@@ -83,31 +86,61 @@ def set_manifest_metric(step_dir: Path, metric: Optional[float]) -> None:
 
 def verified_manifest(step_dir: Path) -> dict[str, Any]:
     """The manifest of ``step_dir`` once every file it lists matches it in size and sha256;
-    raises ``DamagedCheckpoint`` saying what does not match."""
+    raises ``DamagedCheckpoint`` saying what does not match.
+
+    A manifest is untrusted input: each name must stay inside ``step_dir`` (relative, no
+    ``..``, no symlink on the way) and be a regular file of the size it states, so a listed
+    ``/dev/zero``, FIFO or link out is refused at once instead of hashed forever.
+    """
     manifest = read_manifest(step_dir)
     for name, entry in manifest["files"].items():
-        file = step_dir / name
+        file = _listed_file(step_dir, name)
+        if (
+            not isinstance(entry, dict)
+            or type(entry.get("bytes")) is not int
+            or not isinstance(entry.get("sha256"), str)
+        ):
+            raise DamagedCheckpoint(f"{MANIFEST} entry {_shown(name)} is not {{sha256, bytes}}")
         try:
-            size = file.stat().st_size
+            size = os.lstat(file).st_size
+            if size == entry["bytes"]:
+                digest = sha256_regular(file, size)
         except OSError as exc:
-            raise DamagedCheckpoint(f"{name} cannot be read: {exc}") from None
+            raise DamagedCheckpoint(f"{_shown(name)} cannot be read: {exc}") from None
         if size != entry["bytes"]:
             raise DamagedCheckpoint(
-                f"{name} has {size} bytes, the manifest says {entry['bytes']}; it was truncated or overwritten"
+                f"{_shown(name)} has {size} bytes, the manifest says {entry['bytes']}; it was truncated or overwritten"
             )
-        if sha256(file) != entry["sha256"]:
-            raise DamagedCheckpoint(f"{name} does not match the sha256 in its manifest; the file is corrupt")
+        if digest != entry["sha256"]:
+            raise DamagedCheckpoint(f"{_shown(name)} does not match the sha256 in its manifest; the file is corrupt")
     return manifest
+
+
+def _listed_file(step_dir: Path, name: Any) -> Path:
+    """``step_dir / name`` if ``name`` is a relative path that stays inside ``step_dir``."""
+    parts = PurePosixPath(name).parts if isinstance(name, str) else ()
+    if not parts or name.startswith("/") or any(part in ("..", ".") for part in parts) or "\x00" in name:
+        raise DamagedCheckpoint(f"{MANIFEST} lists {_shown(name)}, which is not a file inside {step_dir}")
+    file = step_dir.joinpath(*parts)
+    if not file.parent.resolve().is_relative_to(step_dir.resolve()):  # a symlinked directory on the way
+        raise DamagedCheckpoint(f"{MANIFEST} lists {_shown(name)}, which leads out of {step_dir} through a symlink")
+    return file
+
+
+def _shown(name: Any) -> str:
+    """``name`` for a message, cut short: a manifest may hold anything."""
+    text = repr(name) if isinstance(name, str) else f"a {type(name).__name__}"
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def read_manifest(step_dir: Path) -> dict[str, Any]:
     """The parsed manifest of ``step_dir``, checked for shape only (``verified_manifest``
     also checks the state file against it)."""
     try:
-        data = json.loads((step_dir / MANIFEST).read_text())
+        data = json.loads(read_regular(step_dir / MANIFEST, MAX_MANIFEST_BYTES))
     except FileNotFoundError:
         raise DamagedCheckpoint(f"{MANIFEST} is missing, so the write never finished") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise DamagedCheckpoint(f"{MANIFEST} is unreadable: {exc}") from None
     try:
         entry = data["files"][STATE_FILE]
