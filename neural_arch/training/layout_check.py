@@ -23,14 +23,16 @@ def checked_layout(layout: ParallelLayout, world_size: Optional[int], task: type
     the task's model cannot be split into."""
     try:
         validate(layout, layout.world_size if world_size is None else world_size)
-        needs_plan = layout.tp > 1 or layout.pp > 1 or layout.activation_checkpointing > 0
-        if needs_plan and task.parallel_plan() is None:
+        # Activation checkpointing alone may do without the app's plan: the ranks infer one from
+        # the model's block list (inferred_plan.py) or refuse in one line once they have the model.
+        needs_plan = layout.tp > 1 or layout.pp > 1
+        plan = task.parallel_plan()
+        if needs_plan and plan is None:
             raise ValueError(
-                f"parallel: tp={layout.tp}, pp={layout.pp}, activation_checkpointing="
-                f"{layout.activation_checkpointing} need the app's parallel plan but run.task="
-                f"{cfg.run.task!r} has none; use dp_shard/dp_replicate only"
+                f"parallel: tp={layout.tp}, pp={layout.pp} need the app's parallel plan but run.task="
+                f"{cfg.run.task!r} has none; use dp_shard/dp_replicate (and activation_checkpointing) only"
             )
-        if needs_plan:
+        if plan is not None and (needs_plan or layout.activation_checkpointing > 0):
             validate_model(layout, *task.parallel_sizes(cfg))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

@@ -24,6 +24,7 @@ import neural_arch.distributed as nd
 from neural_arch.training.config import Config
 from neural_arch.training.layout_check import layout_active
 from neural_arch.training.task import Task
+from neural_arch.training.typed_config import ConfigError
 
 
 @dataclass
@@ -231,7 +232,11 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
         min_rows=1 if layout.tp > 1 else 0,
     )
     if layout.pp == 1:
-        par.parallelize_model(model, layout, mesh, type(task).parallel_plan(), materialize)
+        try:  # the task's plan, else one read off the model's block list; a refusal is a user error (exit 2)
+            plan = par.resolve_plan(type(task).parallel_plan(), model, layout)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        par.parallelize_model(model, layout, mesh, plan, materialize)
         model.to(device)  # what no plan placed (e.g. buffers); the sharded parameters are there already
         return Placement(model, model, **where)
     from neural_arch.training.pipeline_state import parameter_indices

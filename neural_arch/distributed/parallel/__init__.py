@@ -15,7 +15,9 @@ Concern: spreading one model over many ranks so that every layout computes exact
 one process would. The sampler gives each data-parallel rank (``dp_rank``/``dp_size``) its
 share; tensor and pipeline peers of one data-parallel rank see the same samples. Apps
 describe their model with a ``ParallelPlan`` next to it (``apps/<name>/parallelize.py``);
-model files hold no distributed code. Built on torch's engines only (``fully_shard``,
+a model without one gets a plan read off its block list where that is obvious
+(``infer_plan``: a ``ModuleList`` of identical blocks, as in every Hugging Face model).
+Model files hold no distributed code. Built on torch's engines only (``fully_shard``,
 DTensor ``parallelize_module``, ``torch.distributed.pipelining``, ``torch.utils.checkpoint``).
 """
 
@@ -28,6 +30,7 @@ _WHERE = {
     **dict.fromkeys(
         ("DTYPES", "PP_SCHEDULES", "ParallelLayout", "layout_from_dict", "validate", "validate_model"), "layout"
     ),
+    **dict.fromkeys(("block_lists", "infer_plan", "resolve_plan", "tied_parameters"), "inferred_plan"),
     **dict.fromkeys(("MESH_DIMS", "build_mesh", "dp_mesh", "dp_rank", "dp_size", "is_dp_leader"), "mesh"),
     **dict.fromkeys(("SCHEDULES", "build_pipeline", "even_split", "local_stages"), "pipeline"),
     **dict.fromkeys(("PipelineForward",), "pipeline_forward"),
@@ -69,12 +72,14 @@ __all__ = [
     "apply_layout",
     "apply_tensor_parallel",
     "build_mesh",
+    "block_lists",
     "build_pipeline",
     "check_plan",
     "data_parallel_loss",
     "dcp_restore",
     "dcp_savable",
     "gather_into",
+    "infer_plan",
     "dp_mesh",
     "dp_rank",
     "dp_size",
@@ -87,7 +92,9 @@ __all__ = [
     "needs_fsdp",
     "pad_rows",
     "parallelize_model",
+    "resolve_plan",
     "stage_view",
+    "tied_parameters",
     "validate",
     "validate_model",
     "without_gradient_sync",

@@ -90,7 +90,10 @@ def parallelize_model(
     if layout.pp > 1:
         raise ValueError(f"parallel.pp={layout.pp}: build the stages with build_pipeline, not parallelize_model")
     if layout.activation_checkpointing and plan is None:
-        raise ValueError("parallel.activation_checkpointing needs the app's blocks (a parallel plan); set it to 0")
+        raise ValueError(
+            "parallel.activation_checkpointing needs the model's blocks: pass a ParallelPlan "
+            "(resolve_plan(None, model, layout) infers one from a ModuleList of identical blocks); or set it to 0"
+        )
     blocks = list(plan.blocks(model)) if plan is not None else []
     return apply_layout(model, layout, mesh, plan, blocks, materialize=materialize)
 
