@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
     from neural_arch.training.task import Task
@@ -19,6 +19,12 @@ def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
     """``--checkpoint DIR`` (required), read by ``read_checkpoint``."""
     parser.add_argument(
         "--checkpoint", required=True, help="a run directory, its checkpoints/ directory or one step_* directory"
+    )
+    parser.add_argument(
+        "--task",
+        default=None,
+        help="the task that trained it, e.g. package.module:TaskClass (default: the checkpoint's run.task, "
+        "resolved among installed and registered tasks only: a checkpoint never makes us import a module)",
     )
 
 
@@ -45,11 +51,15 @@ def read_checkpoint(path: str) -> dict[str, Any]:
     return with_whole_model(info.path, state)  # a sharded checkpoint's model, gathered here in one process
 
 
-def task_of(state: dict[str, Any]) -> type[Task]:
-    """The task class that trained the checkpoint (its config's ``run.task``)."""
+def task_of(state: dict[str, Any], given: Optional[str] = None) -> type[Task]:
+    """The task class that trained the checkpoint: ``given`` (``--task``, which the user typed,
+    so it may import a module), else the checkpoint's ``run.task`` among installed tasks only."""
     from neural_arch.training.registry import task_class
 
-    run = state.get("config", {}).get("run", {}) if isinstance(state, dict) else {}
-    if "task" not in run:
+    if given is not None:
+        return task_class(given)
+    config = state.get("config", {}) if isinstance(state, dict) else {}
+    run = config.get("run", {}) if isinstance(config, dict) else {}
+    if not isinstance(run, dict) or "task" not in run:
         raise ValueError("the checkpoint's config names no run.task; it was not written by `neural-arch train`")
-    return task_class(run["task"])
+    return task_class(run["task"], allow_import=False)

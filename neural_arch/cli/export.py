@@ -41,7 +41,7 @@ def main(argv: Sequence[str]) -> int:
             write_safetensors(state, ns.output)
             print(f"wrote {ns.output} ({len(state['model'])} tensors and the model settings)")
             return 0
-        spec = task_of(state).build_export(state)
+        spec = task_of(state, ns.task).build_export(state)
         diff = export_module(spec.module, spec.example, ns.output, spec.atol)
         print(f"wrote {ns.output} (TorchScript vs eager max abs difference {diff:.2e})")
         return 0

@@ -43,7 +43,7 @@ def main(argv: Sequence[str]) -> int:
             length=ns.length, temperature=ns.temperature, top_k=ns.top_k, seed=ns.seed, use_cache=not ns.no_cache
         )
         prompt = ns.prompt.encode("utf-8")
-        text = task_of(state).generate(state, prompt, settings)
+        text = task_of(state, ns.task).generate(state, prompt, settings)
         sys.stdout.write((prompt + text).decode("utf-8", "replace") + "\n")
         return 0
 

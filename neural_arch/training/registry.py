@@ -19,6 +19,7 @@ are imported only when named.
 from __future__ import annotations
 
 import importlib
+import re
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -26,6 +27,7 @@ from neural_arch.training.task import Task
 from neural_arch.training.typed_config import ConfigError, hint
 
 ENTRY_POINT_GROUP = "neural_arch.tasks"
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _registered: dict[str, type[Task]] = {}
 
 
@@ -44,16 +46,34 @@ def known_tasks() -> list[str]:
     return sorted({*_registered, *installed})
 
 
-def task_class(name: str) -> type[Task]:
-    """The ``Task`` subclass for ``name``; ``ConfigError`` naming the known tasks if none."""
+def task_class(name: str, *, allow_import: bool = True) -> type[Task]:
+    """The ``Task`` subclass for ``name``; ``ConfigError`` naming the known tasks if none.
+
+    ``allow_import=False`` for a name read from a file someone else may have written (a
+    checkpoint's ``run.task``): only registered tasks and installed entry points resolve, so
+    a ``module:Class`` shipped beside a downloaded run never runs its top-level code.
+    """
+    if not isinstance(name, str):
+        raise ConfigError(f"run.task is a {type(name).__name__}, expected a task name such as 'regression'")
     if name in _registered:
         return _registered[name]
     installed = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
     if installed:
         return _checked(name, installed[0].load())
+    if ":" in name and not allow_import:
+        raise ConfigError(
+            f"run.task={_shown(name)} is not a registered task or installed entry point, and a name read from a "
+            "checkpoint is never imported (it could run any code); if you trust that module, name it yourself "
+            f"with --task {_shown(name)}"
+        )
     if ":" in name:
         return _checked(name, _import(name, name))
     raise ConfigError(_unknown(name, known_tasks()))
+
+
+def _shown(name: str) -> str:
+    text = repr(name)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _unknown(name: str, known: list[str]) -> str:
@@ -66,7 +86,7 @@ def _unknown(name: str, known: list[str]) -> str:
     else:
         found = f"installed tasks: {', '.join(known)}"
     return (
-        f"run.task={name!r} is not a known task{hint(name, known)}; {found}; to add one, install the package "
+        f"run.task={_shown(name)} is not a known task{hint(name, known)}; {found}; to add one, install the package "
         f"that declares it as a {ENTRY_POINT_GROUP!r} entry point, call register_task, or give your own as "
         "'package.module:TaskClass'"
     )
@@ -74,6 +94,11 @@ def _unknown(name: str, known: list[str]) -> str:
 
 def _import(target: str, name: str) -> Any:
     module_name, _, attr = target.partition(":")
+    if not (_MODULE.fullmatch(module_name) and attr.isidentifier()):  # e.g. ../../x:y, a path, not a module
+        raise ConfigError(
+            f"run.task={_shown(name)} is not 'package.module:TaskClass' (dotted Python names, no paths); "
+            "put the module on PYTHONPATH and name it by its import name"
+        )
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
