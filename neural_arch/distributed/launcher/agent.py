@@ -30,6 +30,9 @@ this subclass changes these things, each for a restart that otherwise fails:
 7. **A torn error file is set aside**, not a crash of the launcher: a worker SIGTERMed
    while writing its elastic error file leaves it cut off (seen once in CI, in a
    kill-during-checkpoint test), and torch's agent died parsing it.
+8. **With a job token, the workers' store is gated** (``gate.py``): node 0's fresh store sits
+   on loopback behind a gate on its master address, and every node's workers reach it
+   through a forwarder of their own agent that proves the token on each connection.
 """
 
 from __future__ import annotations
@@ -47,7 +50,9 @@ import torch.distributed as dist
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
-from neural_arch.distributed.launcher.listen import serving_store
+from neural_arch.distributed.launcher.gate import Forwarder, Gate, forwarded
+from neural_arch.distributed.launcher.job_token import JobToken
+from neural_arch.distributed.launcher.listen import LOOPBACK, serving_store
 from neural_arch.distributed.launcher.log_format import attempt_id, progress_marker
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import (
@@ -73,10 +78,18 @@ class RobustElasticAgent(LocalElasticAgent):
     """LocalElasticAgent with a fresh store per attempt, thorough stops and failure history."""
 
     def __init__(
-        self, *args: Any, log_dir: Optional[Path] = None, stop_repeated_failures: bool = False, **kwargs: Any
+        self,
+        *args: Any,
+        log_dir: Optional[Path] = None,
+        stop_repeated_failures: bool = False,
+        job_token: Optional[JobToken] = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._fresh_store: Optional[dist.TCPStore] = None
+        self._token = job_token
+        self._gate: Optional[Gate] = None
+        self._forwarder: Optional[Forwarder] = None
         self._attempts = 0
         self._attempt_id = ""
         self._log_dir = log_dir
@@ -99,18 +112,38 @@ class RobustElasticAgent(LocalElasticAgent):
             port = worker_group.master_port
             if handler.use_agent_store:
                 self._fresh_store = None  # the previous attempt's server, and its stale keys, go away
-                # On the workers' master address only, not on every interface (listen.py).
-                self._fresh_store = serving_store(worker_group.master_addr, 0, timedelta(seconds=300))
+                self.close_gates()
+                # On the workers' master address only, not on every interface (listen.py);
+                # with a token on loopback, behind a gate on that address.
+                self._fresh_store = serving_store(
+                    LOOPBACK if self._token else worker_group.master_addr, 0, timedelta(seconds=300)
+                )
                 port = self._fresh_store.port
+                if self._token is not None:
+                    self._gate = Gate(worker_group.master_addr, 0, port, self._token)
+                    port = self._gate.port
             self._store.set(key, f"{worker_group.master_addr} {port} {self._attempts} {uuid.uuid4().hex[:12]}")
         # Every agent takes node 0's: its workers' store address, and the attempt's number and
         # id (a node that joined later counted fewer rendezvous; one that was node 0 before
         # still holds the address from its own first rendezvous).
         addr, port_text, count, unique = self._store.get(key).decode().split()
         worker_group.master_addr, worker_group.master_port, self._attempts = addr, int(port_text), int(count)
+        if self._token is not None:
+            if self._forwarder is not None:
+                self._forwarder.close()
+            worker_group.master_addr, worker_group.master_port, self._forwarder = forwarded(
+                addr, int(port_text), self._token, 300
+            )
         # Workers inherit the agent's environment: this names the attempt for their keys.
         self._attempt_id = attempt_id(int(count), unique)
         os.environ["NEURAL_ARCH_ATTEMPT"] = self._attempt_id
+
+    def close_gates(self) -> None:
+        """Close the gate or forwarder of the workers' store (the launcher does when the job ends)."""
+        for door in (self._gate, self._forwarder):
+            if door is not None:
+                door.close()
+        self._gate = self._forwarder = None
 
     def _stop_workers(self, worker_group: WorkerGroup) -> None:
         pgids = list(self._pcontext.pids().values()) if self._pcontext else []

@@ -47,8 +47,11 @@ class LaunchConfig:
     run_id: Optional[str] = None
     """Job id shared by all nodes (elastic jobs); default: derived from the master address."""
     job_token: Optional[str] = None
-    """What a node must present to join this multi-node job (default: run_id, else the
-    scheduler's job id, e.g. SLURM_JOB_ID); a node with another token is refused."""
+    """What a node must prove to join this multi-node job (default: job_token_file, then the
+    NEURAL_ARCH_JOB_TOKEN variable, run_id, the scheduler's job id, e.g. SLURM_JOB_ID); the
+    host refuses a node that cannot prove it."""
+    job_token_file: Optional[str] = None
+    """A file whose first line is the job token (keeps it out of the process's command line)."""
     rank0_only: bool = False
     """Show only rank 0's output on the console (all ranks still write their logs)."""
     verbose: bool = False
@@ -76,6 +79,9 @@ class LaunchConfig:
     """LOCAL_RANK=0 in every worker with CUDA_VISIBLE_DEVICES set to its GPU (torch elastic's mode)."""
     cpu_bind: str = "auto"
     """``"auto"``: each worker its own cores when the job fills the CPUs it may use (cpu_bind.py); ``"none"``."""
+    loader_workers: Optional[int] = None
+    """DataLoader worker processes each rank starts, for ``cpu_bind``: a rank is bound only to at least
+    that many CPUs; None (unknown, a plain script): at least two, never one core (cpu_bind.py)."""
 
     def __post_init__(self) -> None:
         self.min_nodes, self.max_nodes = parse_nnodes(self.nnodes)
@@ -105,6 +111,8 @@ class LaunchConfig:
             raise ValueError(f"run_as={self.run_as!r} must be 'script', 'module' or 'executable'.")
         compat.check_signals(self.signals_to_handle)
         compat.check_event_handler(self.event_log_handler)
+        if self.loader_workers is not None and self.loader_workers < 0:
+            raise ValueError(f"loader_workers={self.loader_workers} must be >= 0 (or None: unknown).")
         if self.cpu_bind not in cpu_bind.MODES:
             raise ValueError(f"cpu_bind={self.cpu_bind!r} must be one of {', '.join(cpu_bind.MODES)}.")
 
@@ -167,6 +175,7 @@ def config_from_args(ns: argparse.Namespace) -> LaunchConfig:
         timeout=ns.timeout,
         run_id=ns.run_id,
         job_token=ns.job_token,
+        job_token_file=ns.job_token_file,
         rank0_only=ns.rank0_only,
         shutdown_timeout=ns.shutdown_timeout,
         rdzv_backend=None if ns.standalone else ns.rdzv_backend,
@@ -179,5 +188,6 @@ def config_from_args(ns: argparse.Namespace) -> LaunchConfig:
         event_log_handler=ns.event_log_handler,
         virtual_local_rank=ns.virtual_local_rank,
         cpu_bind=ns.cpu_bind,
+        loader_workers=ns.loader_workers,
         verbose=ns.verbose,
     )

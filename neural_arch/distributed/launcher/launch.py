@@ -35,11 +35,11 @@ from neural_arch.distributed.launcher.agent import RobustElasticAgent
 from neural_arch.distributed.launcher.args import PROG, LaunchUsageError, parse_launch_args
 from neural_arch.distributed.launcher.config import LaunchConfig, config_from_args
 from neural_arch.distributed.launcher.failures import format_failure_summary
-from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken, resolve_job_token
+from neural_arch.distributed.launcher.job_token import TOKEN_ENV, ForeignJobError, JobToken, resolve_job_token
 from neural_arch.distributed.launcher.listen import LOOPBACK, check_port_free, is_local, loopback_interface
 from neural_arch.distributed.launcher.log_format import clear_progress_markers
 from neural_arch.distributed.launcher.program import check_program
-from neural_arch.distributed.launcher.rendezvous import rendezvous_handler
+from neural_arch.distributed.launcher.rendezvous import RendezvousUnreachable, rendezvous_handler
 from neural_arch.distributed.launcher.scratch import ScratchDir
 from neural_arch.distributed.launcher.torch_logs import torch_elastic_logs
 
@@ -49,6 +49,7 @@ class DistributedLauncher:
 
     def __init__(self, config: LaunchConfig) -> None:
         self.config = config
+        self._token: Optional[JobToken] = None
 
     def _rendezvous(self, run_id: str) -> RendezvousParameters:
         c = self.config
@@ -99,7 +100,9 @@ class DistributedLauncher:
     def _worker_args(self, script: str, args: Sequence[str], log_dir: Path, shown_dir: Path) -> tuple[str, ...]:
         c = self.config
         shown = () if c.console_local_ranks is None else ("--local-ranks", ",".join(map(str, c.console_local_ranks)))
-        cpus = cpu_bind.plan_binding(c.cpu_bind, c.nproc, {**os.environ, **self._worker_environment()})
+        cpus = cpu_bind.plan_binding(
+            c.cpu_bind, c.nproc, {**os.environ, **self._worker_environment()}, loader_workers=c.loader_workers
+        )
         bound = () if cpus is None else ("--bind-cpus", cpu_bind.format_cpus(cpus))
         # --parent-pid: this process starts the workers (torch elastic's agent runs in it); they die with it.
         return (
@@ -126,6 +129,7 @@ class DistributedLauncher:
         """Fail fast on what can be checked before starting anything (ValueError / RuntimeError)."""
         c = self.config
         check_program(script, c.run_as)
+        self._token = self._job_token()  # a token file that cannot be read is a usage error
         static = c.min_nodes == c.max_nodes and c.rdzv_backend != "c10d"  # c10d: whichever node binds first hosts
         if c.master_port is not None and c.node_rank == 0 and static and is_local(c.master_addr):
             check_port_free(c.master_addr, c.master_port)
@@ -150,7 +154,7 @@ class DistributedLauncher:
                 event_log_handler=c.event_log_handler,
                 virtual_local_rank=c.virtual_local_rank,
                 args=self._worker_args(script, args, log_dir, scratch / "shown"),
-                rdzv_handler=rendezvous_handler(params, self._job_token()),
+                rdzv_handler=rendezvous_handler(params, self._token),
                 max_restarts=c.max_restarts,
                 monitor_interval=c.monitor_interval,
                 master_addr=c.master_addr if params.backend == "static" else None,
@@ -162,6 +166,7 @@ class DistributedLauncher:
                 shutdown_timeout=c.shutdown_timeout,
                 log_dir=log_dir,
                 stop_repeated_failures=c.max_nodes == 1,
+                job_token=self._token,
             )
             saved = dict(os.environ)
             os.environ.update(self._worker_environment())
@@ -170,6 +175,7 @@ class DistributedLauncher:
                 result = agent.run()
             finally:
                 spec.rdzv_handler.shutdown()
+                agent.close_gates()
                 clear_progress_markers(log_dir)
                 os.environ.clear()
                 os.environ.update(saved)
@@ -222,10 +228,11 @@ class DistributedLauncher:
             cluster = detect_cluster_env()
         except ValueError:  # this launcher's own environment need not describe a rank
             cluster = None
-        token = resolve_job_token(c.job_token, c.run_id, cluster)
+        token = resolve_job_token(c.job_token, c.job_token_file, c.run_id, cluster)
         if token is None:
             print(
-                f"launcher: note: no job token (--job-token, --rdzv-id or a scheduler's job id), so any launcher "
+                f"launcher: note: no job token (--job-token-file, {TOKEN_ENV}, --job-token, --rdzv-id or a "
+                f"scheduler's job id), so any launcher "
                 f"pointed at {c.master_addr}:{c.master_port} may join this job.",
                 file=sys.stderr,
                 flush=True,
@@ -264,6 +271,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     except ForeignJobError as exc:  # a wrong port or token: the same command would be refused again
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except RendezvousUnreachable as exc:  # a wrong endpoint, or node 0 not (yet) up: not our bug
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
     except SignalException as stop:  # Ctrl-C or SIGTERM to the launcher: asked for, not a failure
         name = signal.Signals(stop.sigval).name
         print(

@@ -92,6 +92,12 @@ def rendezvous_store(host: str, port: int, timeout: timedelta, is_host: Optional
     return client_store(host, port, timeout)
 
 
+def hosts_here(host: str, is_host: Optional[bool]) -> bool:
+    """Whether this node hosts the c10d rendezvous store at ``host``: ``is_host`` (rdzv_conf) when
+    given, else whether ``host`` names this machine (torch's rule)."""
+    return bool(is_host) if is_host is not None else _matches_machine_hostname(host)
+
+
 def loopback_interface() -> Optional[str]:
     """The name of this machine's loopback interface (``lo`` on Linux, ``lo0`` on macOS), if found."""
     try:

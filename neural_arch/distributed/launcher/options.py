@@ -77,8 +77,15 @@ def _rendezvous(g: argparse._ArgumentGroup) -> None:
         "--job-token",
         "--job_token",
         default=None,
-        help="multi-node: every node must present this token to join, so a foreign job on the same port is "
-        "refused (None: --rdzv-id, else the scheduler's job id such as SLURM_JOB_ID)",
+        help="multi-node: every node must prove this token to join (the host checks each one), so a node "
+        "without it is refused; visible in /proc/PID/cmdline to every user: prefer --job-token-file or "
+        "NEURAL_ARCH_JOB_TOKEN (None: those, else --rdzv-id, else the scheduler's job id such as SLURM_JOB_ID)",
+    )
+    add(
+        "--job-token-file",
+        "--job_token_file",
+        default=None,
+        help="read the job token from the first line of this file (keep it mode 0600)",
     )
     add(
         "--rdzv-conf",
@@ -119,6 +126,14 @@ def _program(g: argparse._ArgumentGroup) -> None:
         default="auto",
         help="auto (default): each worker its own cores when the workers' threads fill this node's CPUs; "
         "none: the OS places them",
+    )
+    add(
+        "--loader-workers",
+        "--loader_workers",
+        type=int,
+        default=None,
+        help="DataLoader worker processes each rank starts, so that --cpu-bind auto binds a rank to at least "
+        "that many CPUs (unset: unknown, so at least 2); 0: none, a rank may get one core",
     )
 
 

@@ -9,14 +9,17 @@ What differs from torch's own handlers, and why:
 - The rendezvous store and, for c10d, the agent store that rank 0's agent hosts for the
   workers listen on the address their host name resolves to (``listen.py``), not on
   every interface.
-- The stores are created here, before any rendezvous key is read or written, so a node of
-  another job is refused (``job_token.claim_job``) before it can join or disturb this one.
+- With a job token, every store sits on loopback behind a gate (``gate.py``) that lets a
+  connection through only after it proved the token: the host refuses a node without it
+  before that node can read or write a rendezvous key, so it never gets a rank.
 """
 
 from __future__ import annotations
 
+import errno
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousParameters
@@ -26,10 +29,17 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handl
 from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCPRendezvous
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
-from neural_arch.distributed.launcher.job_token import JobToken, claim_job
-from neural_arch.distributed.launcher.listen import client_store, rendezvous_store, serving_store
+from neural_arch.distributed.launcher.gate import Forwarder, Gate, forwarded
+from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken
+from neural_arch.distributed.launcher.listen import LOOPBACK, client_store, hosts_here, serving_store
 
 DEFAULT_PORT = 29400
+
+
+class RendezvousUnreachable(RuntimeError):
+    """No store answers at the rendezvous endpoint: the launcher prints it as one line and exits 1."""
+
+
 AGENT_STORE_TIMEOUT = timedelta(seconds=300)
 """torch's default for the agent store it would have created itself."""
 
@@ -39,15 +49,17 @@ def rendezvous_handler(params: RendezvousParameters, token: Optional[JobToken]) 
     host, port = parse_rendezvous_endpoint(params.endpoint, default_port=DEFAULT_PORT)
     if params.backend == "static":
         return _static_handler(params, host, port, token)
-    store = rendezvous_store(
-        host, port, timedelta(seconds=params.get_as_int("read_timeout", 60) or 60), params.get_as_bool("is_host")
-    )
-    _check_job(store, token, host, store.port)
+    timeout = timedelta(seconds=params.get_as_int("read_timeout", 60) or 60)
+    hosting = hosts_here(host, params.get_as_bool("is_host"))
+    reached = _store(host, port, timeout, token, hosting, float(params.get("join_timeout", 600) or 600))
+    store = reached.store
     handler = create_handler(store, C10dRendezvousBackend(store, params.run_id), params)
+    _closing_door(handler, reached.door)
     # Rank 0's agent hosts the workers' bootstrap store through this method; torch's version
     # listens on all interfaces. Replaced on the instance because torch's create_handler
-    # always builds its own class.
-    handler._create_tcp_store_server = _agent_store  # type: ignore[method-assign]
+    # always builds its own class. With a token it is on loopback: our agent gives the
+    # workers a gated store of its own each attempt (agent.py), so nobody else needs it.
+    handler._create_tcp_store_server = _loopback_agent_store if token else _agent_store  # type: ignore[method-assign]
     handler.next_rendezvous = _republishing(handler.next_rendezvous)  # type: ignore[method-assign]
     return handler
 
@@ -76,21 +88,76 @@ def _agent_store(addr: str, port: int) -> dist.TCPStore:
     return serving_store(addr, port, AGENT_STORE_TIMEOUT)
 
 
+def _loopback_agent_store(addr: str, port: int) -> dist.TCPStore:
+    return serving_store(LOOPBACK, 0, AGENT_STORE_TIMEOUT)
+
+
+@dataclass
+class _Reached:
+    store: dist.TCPStore
+    port: int
+    """Where other nodes reach it (its gate's port, when it has one)."""
+    door: Optional[Union[Gate, Forwarder]] = None
+
+
+def _closing_door(handler: RendezvousHandler, door: Optional[Union[Gate, Forwarder]]) -> None:
+    """The handler's ``shutdown()`` (the launcher's last call) also closes the store's gate or forwarder."""
+    if door is None:
+        return
+    shutdown = handler.shutdown
+
+    def closing() -> bool:
+        door.close()
+        return shutdown()
+
+    handler.shutdown = closing  # type: ignore[method-assign]
+
+
+def _store(
+    host: str, port: int, timeout: timedelta, token: Optional[JobToken], hosting: bool, join_s: float
+) -> _Reached:
+    """The rendezvous store at ``host:port``: hosted here when ``hosting`` and the port is free
+    (else joined, as torch's rule); with a token, on loopback behind a ``Gate`` on ``host:port``
+    when hosted, through a ``Forwarder`` when joined (``ForeignJobError`` if the host refuses)."""
+    if hosting:
+        try:
+            if token is None:
+                store = serving_store(host, port, timeout)
+                return _Reached(store, store.port)
+            store = serving_store(LOOPBACK, 0, timeout)
+            gate = Gate(host, port, store.port, token)
+            return _Reached(store, gate.port, gate)
+        except OSError as exc:
+            # Another agent of this job on the same machine got the port first: join it.
+            if exc.errno != errno.EADDRINUSE:
+                raise
+    try:
+        addr, at, forwarder = forwarded(host, port, token, join_s)
+        store = client_store(addr, at, timeout)
+    except ForeignJobError:
+        raise
+    except (OSError, RuntimeError) as exc:  # torch's DistNetworkError/DistStoreError are RuntimeErrors
+        raise RendezvousUnreachable(
+            f"cannot reach the rendezvous store at {host}:{port} ({type(exc).__name__}: {_first_line(exc)}); "
+            "check --rdzv-endpoint / --master-addr and --master-port, and that node 0's launcher runs."
+        ) from None
+    return _Reached(store, port, forwarder)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or ["no details"])[0][:200]
+
+
 def _static_handler(params: RendezvousParameters, host: str, port: int, token: Optional[JobToken]) -> RendezvousHandler:
     rank, nodes = int(params.config["rank"]), params.max_nodes
     seconds = int(params.config.get("timeout", 600))
     timeout = timedelta(seconds=seconds)
-    # Node 0 hosts. Unlike torch's StaticTCPRendezvous it does not first wait for every node to
-    # connect: it claims the job at once (else a foreign node connecting first could claim
-    # it), and the agents' rank assignment that follows waits for every node's keys anyway.
-    store = serving_store(host, port, timeout) if rank == 0 else client_store(host, port, timeout)
-    _check_job(store, token, host, port)
+    # Node 0 hosts, behind a gate with a token (a node that cannot prove it never gets a rank).
+    # Unlike torch's StaticTCPRendezvous it does not first wait for every node to connect: the
+    # agents' rank assignment that follows waits for every node's keys anyway.
+    reached = _store(host, port, timeout, token, rank == 0, seconds)
     # Port 0 (one node): the port the OS gave the store.
-    handler = StaticTCPRendezvous(host, store.port if rank == 0 else port, rank, nodes, params.run_id, seconds)
-    handler._store = store  # torch makes its own store in next_rendezvous only when it has none
+    handler = StaticTCPRendezvous(host, reached.port if rank == 0 else port, rank, nodes, params.run_id, seconds)
+    handler._store = reached.store  # torch makes its own store in next_rendezvous only when it has none
+    _closing_door(handler, reached.door)
     return handler
-
-
-def _check_job(store: dist.Store, token: Optional[JobToken], host: str, port: int) -> None:
-    if token is not None:
-        claim_job(store, token, f"{host}:{port}")

@@ -1,5 +1,5 @@
-"""Stores listen on the address asked for, a second agent joins the first one's store, and job
-tokens are resolved and checked as documented (listen.py, job_token.py). In-process, no ranks.
+"""Stores listen on the address asked for and a second agent joins the first one's store
+(listen.py); job tokens are tested in test_job_token.py. In-process, no ranks.
 
 Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_listen.py -q``
 """
@@ -13,9 +13,7 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from neural_arch.distributed.env import ClusterEnv
 from neural_arch.distributed.launcher import DistributedLauncher, LaunchConfig
-from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken, claim_job, resolve_job_token
 from neural_arch.distributed.launcher.listen import loopback_interface, rendezvous_store, serving_store
 from tests.helpers.proc_tree import listening
 
@@ -53,27 +51,6 @@ def test_a_second_agent_on_the_machine_joins_the_first_ones_rendezvous_store():
     joined.set("from-joiner", "1")
     assert host.get("from-joiner") == b"1"
     assert [port for _, _, port in listening({os.getpid()})].count(host.port) == 1
-
-
-def test_same_token_joins_and_another_is_refused_in_one_line():
-    store = dist.HashStore()
-    claim_job(store, JobToken("job-a", "--job-token"), "node0:29400")
-    claim_job(store, JobToken("job-a", "--rdzv-id"), "node0:29400")  # the same job, however it was given
-    with pytest.raises(ForeignJobError) as refused:
-        claim_job(store, JobToken("job-b", "the slurm job id"), "node0:29400")
-    message = str(refused.value)
-    assert "\n" not in message and "node0:29400" in message and "the slurm job id" in message
-    assert "job-a" not in store.get("neural_arch/job_token").decode()  # only a digest is stored
-
-
-def test_token_sources_in_order():
-    slurm = ClusterEnv(source="slurm", rank=0, world_size=2, job_id="4242")
-    torchrun = ClusterEnv(source="torchrun", rank=0, world_size=2, job_id="na-x")
-    assert resolve_job_token("t", "run", slurm) == JobToken("t", "--job-token")
-    assert resolve_job_token(None, "run", slurm) == JobToken("run", "--rdzv-id")
-    assert resolve_job_token(None, None, slurm) == JobToken("4242", "the slurm job id")
-    assert resolve_job_token(None, None, torchrun) is None  # an enclosing launcher's run id tells no jobs apart
-    assert resolve_job_token(None, None, None) is None
 
 
 def test_one_node_workers_are_told_to_use_loopback_unless_the_user_chose(monkeypatch):
