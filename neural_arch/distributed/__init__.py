@@ -26,6 +26,7 @@ from neural_arch.distributed.data_parallel import (
     global_count,
     global_mean_std,
     no_sync,
+    with_global_size,
     zero_loss,
 )
 from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
@@ -87,5 +88,6 @@ __all__ = [
     "launch_distributed_training",
     "no_sync",
     "reduce_scatter",
+    "with_global_size",
     "zero_loss",
 ]

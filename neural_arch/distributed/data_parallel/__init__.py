@@ -17,6 +17,7 @@ from neural_arch.distributed.data_parallel.ddp import (
     average_gradients,
     no_sync,
 )
+from neural_arch.distributed.data_parallel.loader import with_global_size
 from neural_arch.distributed.data_parallel.sampler import DistributedSampler, IndexBatch
 from neural_arch.distributed.data_parallel.stats import global_mean_std, local_moments, merge_moments
 from neural_arch.distributed.data_parallel.weighting import global_batch_loss, global_count, zero_loss
@@ -33,5 +34,6 @@ __all__ = [
     "local_moments",
     "merge_moments",
     "no_sync",
+    "with_global_size",
     "zero_loss",
 ]

@@ -163,6 +163,14 @@ class DistributedSampler(Sampler):
             return -(-remaining // self.batch_size)
         return max(0, -(-(remaining - self.rank) // self.num_replicas))
 
+    def global_batch_sizes(self) -> list[int]:
+        """The global size of each batch the next iteration yields (``batch_size`` set): known on
+        every rank without a collective (a DataLoader drops ``IndexBatch.global_size``: ``with_global_size``)."""
+        if self.batch_size is None:
+            raise ValueError("DistributedSampler.global_batch_sizes needs batch_size= (the global batch size).")
+        end = self.samples_per_epoch
+        return [min(self.batch_size, end - first) for first in range(self._start(), end, self.batch_size)]
+
     @property
     def num_samples(self) -> int:
         """Alias of ``len(self)`` for code written against torch's sampler."""

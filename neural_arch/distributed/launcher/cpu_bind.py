@@ -16,6 +16,14 @@ mask, e.g. a SLURM allocation), and there are at least as many CPUs as workers. 
 uses only part of a shared machine is not bound: two such jobs would otherwise both pin to
 the first cores. Local rank r gets the r-th contiguous slice of len(cpus) // workers CPUs,
 counted with a core's hyperthreads next to each other (so a slice is whole cores).
+
+DataLoader workers: a rank's loader workers are forked from it and share its slice, and torch
+warns ("suggested max number of worker ... is 1") when a rank starts more workers than it has
+CPUs. A rank is bound only when its slice holds its loader workers: ``--loader-workers N`` (the
+trainer passes ``training.data_workers``) needs N CPUs a rank; a plain script's count is
+unknown to the launcher, so a rank is then bound to a set of at least two CPUs, never one (a
+job whose slices would be one CPU runs unbound, as under torchrun). ``--loader-workers 0``
+says the script starts none: one-core slices again.
 """
 
 from __future__ import annotations
@@ -61,16 +69,30 @@ def threads_per_worker(nproc: int, environ: Mapping[str, str]) -> int:
     return int(text) if text.isdigit() and int(text) > 0 else default_threads(nproc)
 
 
+UNKNOWN_LOADER_CPUS = 2
+"""CPUs a rank's slice needs when its DataLoader workers are unknown (a plain script): a set, not one core."""
+
+
 def plan_binding(
-    mode: str, nproc: int, environ: Mapping[str, str], cpus: Optional[Sequence[int]] = None
+    mode: str,
+    nproc: int,
+    environ: Mapping[str, str],
+    cpus: Optional[Sequence[int]] = None,
+    loader_workers: Optional[int] = 0,
 ) -> Optional[list[int]]:
-    """The CPUs to share out among ``nproc`` workers, or None to leave them unbound."""
+    """The CPUs to share out among ``nproc`` workers, or None to leave them unbound.
+
+    ``loader_workers``: DataLoader worker processes each rank starts (None: unknown); a rank
+    is bound only to a slice with at least that many CPUs (unknown: ``UNKNOWN_LOADER_CPUS``)."""
     if mode not in MODES:
         raise ValueError(f"cpu_bind={mode!r} must be one of {', '.join(MODES)}.")
     cpus = list(usable_cpus() if cpus is None else cpus)
     if mode == "none" or len(cpus) < nproc:
         return None
     if nproc * threads_per_worker(nproc, environ) < len(cpus):  # part of a shared machine: let the OS place it
+        return None
+    needed = UNKNOWN_LOADER_CPUS if loader_workers is None else max(1, loader_workers)
+    if len(cpus) // nproc < needed:  # the loader workers would crowd one core: the OS places them all
         return None
     return cpus
 
