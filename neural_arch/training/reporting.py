@@ -6,14 +6,15 @@ shared outputs; every rank writes ``run_dir/logs/rank_N.log``.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from tqdm import tqdm
 
+from neural_arch.training.jsonl import append_row, read_rows
 from neural_arch.training.tracking import Tracker
+from neural_arch.utils.atomic import commit_file
 
 
 class RunReporter:
@@ -52,8 +53,7 @@ class RunReporter:
         self.log.info("step %d %s", step, " ".join(f"{k}={v:.6g}" for k, v in values.items()))
         if self.rank != 0:
             return
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({"step": step, **values}) + "\n")
+        append_row(self.run_dir / "metrics.jsonl", {"step": step, **values})
         for tracker in self.trackers:
             tracker.log_row(step, values)
         if self.tb is not None:
@@ -89,10 +89,10 @@ def plot_losses(metrics_path: Path, out_png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    rows = [r for r in read_rows(metrics_path) if isinstance(r.get("step"), int)]  # a torn line is skipped
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, label in (("train/loss", "train"), ("val/loss", "validation")):
-        points = [(r["step"], r[key]) for r in rows if key in r]
+        points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         if points:
             ax.plot(*zip(*points), marker="." if label == "validation" else None, label=label)
     ax.set_xlabel("step")
@@ -101,7 +101,7 @@ def plot_losses(metrics_path: Path, out_png: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out_png, dpi=120)
+    commit_file(out_png, lambda f: fig.savefig(f, format="png", dpi=120))  # a full disk leaves the old plot
     plt.close(fig)
 
 

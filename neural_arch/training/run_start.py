@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -31,6 +31,7 @@ from neural_arch.training.registry import task_class
 from neural_arch.training.rng import seed_rank
 from neural_arch.training.run_lock import RunDirLock
 from neural_arch.training.typed_config import ConfigError
+from neural_arch.utils.safe_files import read_regular
 
 LARGE_BLOCK = 32 << 10
 """Bytes from which a sharded layout's allocations get their own mapping (malloc.py). Low: a
@@ -122,9 +123,18 @@ def finished_run_metrics(components: TrainingComponents, run_dir: Path) -> dict[
             "start over, or raise training.steps to train on)",
             flush=True,
         )
-    summary = run_dir / "summary.json"
-    values = json.loads(summary.read_text()) if summary.exists() else {}
-    return {k: float(v) for k, v in values.items() if "/" in k}
+    values = finished_summary(run_dir) or {}
+    return {k: float(v) for k, v in values.items() if "/" in k and isinstance(v, (int, float))}
+
+
+def finished_summary(run_dir: Path) -> Optional[dict[str, Any]]:
+    """``summary.json`` of a run that finished, or None if there is none or it is unreadable
+    (left empty or cut short by a full disk): then the run is finished again, not reported broken."""
+    try:
+        values = json.loads(read_regular(run_dir / "summary.json", 1 << 20))
+    except (OSError, ValueError):
+        return None
+    return values if isinstance(values, dict) else None
 
 
 def weights_from(components: TrainingComponents, path: str) -> None:

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from neural_arch.training.jsonl import append_row, read_rows
 from neural_arch.utils.atomic import commit_file
 
 __all__ = ["append_samples", "forget_samples_after"]
@@ -26,8 +27,7 @@ def _logs(run_dir: Path) -> list[Path]:
 
 def append_samples(run_dir: Path, rank: int, step: int, ids: Sequence[int]) -> None:
     """Add the ids this rank trained on at ``step``."""
-    with open(run_dir / "logs" / f"samples_rank_{rank}.jsonl", "a") as f:
-        f.write(json.dumps({"step": step, "ids": [int(i) for i in ids]}) + "\n")
+    append_row(run_dir / "logs" / f"samples_rank_{rank}.jsonl", {"step": step, "ids": [int(i) for i in ids]})
 
 
 def forget_samples_after(run_dir: Path, step: int) -> None:
@@ -38,9 +38,9 @@ def forget_samples_after(run_dir: Path, step: int) -> None:
     row follows its first step, whose gradient all-reduce waits for rank 0.
     """
     for log in _logs(run_dir):
-        kept = [line for line in log.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        kept = [row for row in read_rows(log) if isinstance(row.get("step"), int) and row["step"] <= step]
         if not kept:
             log.unlink()
         else:
-            text = "".join(line + "\n" for line in kept).encode()
+            text = "".join(json.dumps(row) + "\n" for row in kept).encode()
             commit_file(log, lambda f, text=text: f.write(text))

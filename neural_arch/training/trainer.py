@@ -38,6 +38,7 @@ from neural_arch.training.run_start import (
     build_components,
     claimed_run_dir,
     finished_run_metrics,
+    finished_summary,
     resume_from,
     weights_from,
 )
@@ -46,6 +47,7 @@ from neural_arch.training.step import evaluate, forward_backward, optimizer_step
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
 from neural_arch.training.stragglers import StragglerWatch
 from neural_arch.training.tracking import open_trackers
+from neural_arch.utils.atomic import commit_file
 
 
 def train(
@@ -101,7 +103,7 @@ class Trainer:
             resumed = resume_from(run, self.resume, self.run_dir / "checkpoints")
             if resumed is None and cfg.run.init_from:  # fine-tuning: another run's weights, all else anew
                 weights_from(run, cfg.run.init_from)
-            if resumed is not None and run.step >= steps and (self.run_dir / "summary.json").exists():
+            if resumed is not None and run.step >= steps and finished_summary(self.run_dir) is not None:
                 return finished_run_metrics(run, self.run_dir)  # else it stopped after its last save: finish it
             self._open_outputs(resumed)
             with (
@@ -287,8 +289,9 @@ class Trainer:
         seconds, world = throughput["train_seconds"], nd.get_world_size()
         summary = format_summary(task.summary_metrics(final), seconds, self.progress.samples, per_rank, world)
         summary += f"\n{self.watch.summary()}" if self.watch.summary() else ""
-        (run_dir / "summary.txt").write_text(summary + "\n")
-        (run_dir / "summary.json").write_text(json.dumps({**throughput, **final}, indent=2) + "\n")
+        text = json.dumps({**throughput, **final}, indent=2) + "\n"
+        commit_file(run_dir / "summary.txt", lambda f: f.write((summary + "\n").encode()))  # full disk: old or none
+        commit_file(run_dir / "summary.json", lambda f: f.write(text.encode()))
         print(summary, flush=True)
 
 

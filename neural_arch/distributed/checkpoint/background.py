@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._pytree import tree_map
 
-from neural_arch.distributed.checkpoint.errors import CheckpointError
+from neural_arch.distributed.checkpoint.errors import CheckpointError, why_write_failed
 from neural_arch.distributed.checkpoint.layout import PathLike, previous_note, step_name
 from neural_arch.distributed.checkpoint.progress import checkpoint_saved
 from neural_arch.distributed.checkpoint.rank0 import on_rank0
@@ -128,7 +128,8 @@ class CheckpointWriter:
         except Exception as exc:  # noqa: BLE001 - reported on every rank by wait()
             if get_rank() == 0:
                 remove(staging)
-            self._error = f"could not write checkpoint step {step} to {directory}: {exc}; {previous_note(directory)}"
+            why = why_write_failed(exc, directory)
+            self._error = f"could not write checkpoint step {step} to {directory}: {why}; {previous_note(directory)}"
 
     def _writer_group(self) -> dist.ProcessGroup:
         # A group of its own for the writes (made once, by every rank at the same save).

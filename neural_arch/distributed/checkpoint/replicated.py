@@ -23,7 +23,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from neural_arch.distributed.checkpoint.errors import CheckpointError, DamagedCheckpoint
+from neural_arch.distributed.checkpoint.errors import CheckpointError, DamagedCheckpoint, why_write_failed
 from neural_arch.distributed.checkpoint.layout import (
     MANIFEST,
     POINTERS,
@@ -214,7 +214,8 @@ def _commit_step_dir(
     except Exception as exc:
         remove(tmp)
         raise CheckpointError(
-            f"could not write checkpoint step {step} to {directory}: {exc}; {previous_note(directory)}"
+            f"could not write checkpoint step {step} to {directory}: {why_write_failed(exc, directory)}; "
+            f"{previous_note(directory)}"
         ) from exc
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from neural_arch.distributed.checkpoint.errors import CheckpointError, UnsafeCheckpoint
+from neural_arch.distributed.checkpoint.errors import CheckpointError, UnsafeCheckpoint, why_write_failed
 from neural_arch.distributed.checkpoint.layout import PathLike
 from neural_arch.distributed.checkpoint.progress import checkpoint_saved
 from neural_arch.distributed.checkpoint.quiet import quiet_single_process
@@ -47,7 +47,7 @@ def save_sharded(directory: PathLike, state_dict: dict[str, Any]) -> None:
         # DCP gathers per-rank failures, so every rank gets here together.
         if get_rank() == 0:
             remove(tmp)
-        raise CheckpointError(f"{failed}: {exc}") from exc
+        raise CheckpointError(f"{failed}: {why_write_failed(exc, final)}") from exc
     on_rank0(lambda: commit_dir(tmp, final), failed)
     checkpoint_saved(final)
 

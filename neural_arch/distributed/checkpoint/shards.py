@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from neural_arch.distributed.checkpoint.errors import CheckpointError
+from neural_arch.distributed.checkpoint.errors import CheckpointError, why_write_failed
 from neural_arch.distributed.checkpoint.rank0 import on_rank0
 from neural_arch.distributed.checkpoint.sharded import load_sharded
 from neural_arch.distributed.runtime.process_group import get_rank
@@ -38,7 +38,7 @@ def stage_shards(directory: Path, name: str, shards: dict[str, Any], failed: str
     except Exception as exc:  # DCP gathers per-rank failures: every rank gets here together
         if get_rank() == 0:
             remove(tmp)
-        raise CheckpointError(f"{failed}: {exc}") from exc
+        raise CheckpointError(f"{failed}: {why_write_failed(exc, directory)}") from exc
     return tmp
 
 

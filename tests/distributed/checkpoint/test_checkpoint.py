@@ -161,7 +161,7 @@ def test_full_disk_leaves_previous_checkpoint(tmp_path, monkeypatch):
     with pytest.raises(
         CheckpointError,
         match=re.escape(
-            f"could not write checkpoint step 3 to {tmp_path}: [Errno 28] No space left on device; "
+            f"could not write checkpoint step 3 to {tmp_path}: no space left on device at {tmp_path}; "
             "the previous checkpoint step 2 is intact"
         ),
     ):
