@@ -5,8 +5,10 @@ launcher's worker wrapper calls ``describe_stragglers()`` when a script dies of 
 collective timeout. Call it yourself in an ``except`` block to get the same line.
 
 Every rank's daemon thread writes ``(torch's collective count, wall time, the script's own
-collective calls, the call in progress)`` to the job's store once a second, and a last
-record marked ``left`` when it stops. A rank that sleeps, computes or skipped a call keeps
+collective calls, its host, the call in progress)`` to the job's store once a second, and a
+last record marked ``left`` when it stops. Reading them back has a deadline (``READ_DEADLINE``):
+a rank cut off from the store's host by a partition names nobody, but still exits, so
+that its launcher can restart the job once the link is back. A rank that sleeps, computes or skipped a call keeps
 beating but its counts fall behind; a stopped (SIGSTOP) or dead rank stops beating. Gloo's
 own timeout message ("Timed out waiting 10000ms for recv") names neither. The script's
 calls (``call_count.py``) are what the message counts, e.g.
@@ -17,6 +19,7 @@ collectives, is the fallback for raw ``torch.distributed`` calls.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -25,10 +28,15 @@ from typing import Optional
 import torch.distributed as dist
 
 from neural_arch.distributed.runtime import call_count
+from neural_arch.distributed.runtime.deadline import within
 
 INTERVAL = 1.0
 """Seconds between heartbeats."""
 LEFT = "left"
+READ_DEADLINE = 5.0
+"""Seconds at most to read every peer's record while diagnosing a failure."""
+STOP_WAIT = 3.0
+"""Seconds ``stop()`` waits for the thread: one stuck in a store write (partition) is left behind."""
 """The last record's state: this rank left the process group."""
 
 
@@ -47,6 +55,7 @@ class Heartbeat:
         self.group = dist.distributed_c10d._get_default_group()
         self.store = dist.distributed_c10d._get_default_store()
         self.rank, self.interval = rank, interval
+        self.host = socket.gethostname()
         self._stop = threading.Event()
         # The first beat is written before init returns: a rank that stops or hangs right
         # after init must read as "silent", not "never reported", whatever the thread timing.
@@ -57,7 +66,7 @@ class Heartbeat:
     def _write(self, state: Optional[str] = None) -> None:
         count, current = call_count.progress()
         now = state or current or "-"
-        self.store.set(_key(self.rank), f"{_sequence(self.group)} {time.time():.3f} {count} {now}")
+        self.store.set(_key(self.rank), f"{_sequence(self.group)} {time.time():.3f} {count} {self.host} {now}")
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
@@ -72,9 +81,11 @@ class Heartbeat:
 
     def stop(self) -> None:
         """Stop and join the thread; must happen before the group is destroyed, because a
-        thread still inside a store call at interpreter exit aborts the process."""
+        thread still inside a store call at interpreter exit aborts the process. A thread
+        stuck in a write to an unreachable store is not waited for beyond ``STOP_WAIT``: the
+        process must exit (aborting is an exit; waiting for the link is a wedge)."""
         self._stop.set()
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=STOP_WAIT)
 
 
 # The running heartbeat of this process's default group: like the default group itself,
@@ -111,21 +122,29 @@ class Beat:
     """The script's own collective calls (call_count.py)."""
     state: str
     """The call in progress, ``destroy_process_group``, ``left``, or ``-`` (between calls)."""
+    host: str = "?"
+    """The host name of the machine the rank runs on."""
 
 
-def read_beats() -> dict[int, Optional[Beat]]:
-    """Every other rank's last record (None: it never reported); raises if the store is gone."""
+def read_beats(deadline: float = READ_DEADLINE) -> dict[int, Optional[Beat]]:
+    """Every other rank's last record (None: it never reported); raises if the store is gone,
+    ``TimeoutError`` if it does not answer within ``deadline`` seconds."""
     store = dist.distributed_c10d._get_default_store()
+    rank, size = dist.get_rank(), dist.get_world_size()
+    return within(deadline, lambda: _read_all(store, rank, size), "reading the peers' heartbeats")
+
+
+def _read_all(store: dist.Store, rank: int, size: int) -> dict[int, Optional[Beat]]:
     found: dict[int, Optional[Beat]] = {}
     now = time.time()
-    for other in range(dist.get_world_size()):
-        if other == dist.get_rank():
+    for other in range(size):
+        if other == rank:
             continue
         if not store.check([_key(other)]):
             found[other] = None
             continue
-        seq, stamp, count, state = store.get(_key(other)).decode().split()
-        found[other] = Beat(other, int(seq), now - float(stamp), int(count), state)
+        seq, stamp, count, host, state = store.get(_key(other)).decode().split(maxsplit=4)
+        found[other] = Beat(other, int(seq), max(0.0, now - float(stamp)), int(count), state, host)
     return found
 
 
@@ -145,6 +164,12 @@ def describe_stragglers(stale_after: float = 3 * INTERVAL + 2, verb: str = "time
         rank, mine = dist.get_rank(), _sequence(dist.distributed_c10d._get_default_group())
         count, current = call_count.progress()
         beats = read_beats()
+    except TimeoutError:  # cut off from the store's host: say so, and let the rank exit
+        where = f"collective call #{count} ({current})" if current is not None else f"collective #{mine}"
+        return (
+            f"rank {rank} {verb} in {where}; the job's store did not answer within {READ_DEADLINE:g} s, "
+            f"so this rank ({socket.gethostname()}) is probably cut off from the store's host"
+        )
     except Exception:  # noqa: BLE001 - diagnosis is best effort; never mask the real error
         return None
     missing = []
@@ -152,11 +177,15 @@ def describe_stragglers(stale_after: float = 3 * INTERVAL + 2, verb: str = "time
         if beat is None:
             missing.append(f"rank {other} (never reported)")
         elif current is not None and beat.calls < count:
-            missing.append(f"rank {other} (entered only {beat.calls} collective calls; {_where(beat, stale_after)})")
+            missing.append(
+                f"rank {other} (entered only {beat.calls} collective calls; {_where(beat, stale_after)}) on {beat.host}"
+            )
         elif beat.state == LEFT or beat.age > stale_after:
-            missing.append(f"rank {other} ({_where(beat, stale_after)})")
+            missing.append(f"rank {other} ({_where(beat, stale_after)}) on {beat.host}")
         elif beat.sequence < mine:
-            missing.append(f"rank {other} (entered only {beat.sequence} collectives, internal ones included)")
+            missing.append(
+                f"rank {other} (entered only {beat.sequence} collectives, internal ones included) on {beat.host}"
+            )
     if not missing:
         return None
     where = f"collective call #{count} ({current})" if current is not None else f"collective #{mine}"
