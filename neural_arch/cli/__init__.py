@@ -1,7 +1,7 @@
 """The ``neural-arch`` command: a thin dispatcher, one module per subcommand.
 
-Run: ``neural-arch train --config configs/tiny.yaml`` (train.py), ``neural-arch launch
---nproc_per_node=2 script.py`` (launch.py), ``neural-arch create-data --config FILE``
+Run: ``neural-arch train --config tiny`` (train.py), ``neural-arch recipes [NAME]`` (recipes.py),
+``neural-arch launch --nproc_per_node=2 script.py`` (launch.py), ``neural-arch create-data --config FILE``
 (create_data.py), ``neural-arch export --checkpoint DIR --output model.ts`` (export.py),
 ``neural-arch generate --checkpoint DIR --prompt TEXT`` (generate.py),
 ``neural-arch env`` (env.py); ``python -m neural_arch.cli ...`` is the same. The logic lives
@@ -19,7 +19,8 @@ from neural_arch.cli.usage import docs_pointer, print_usage_error
 from neural_arch.training.typed_config import hint
 
 COMMANDS = {
-    "train": ("train", "train from a YAML config"),
+    "train": ("train", "train from a YAML config or a recipe's name"),
+    "recipes": ("recipes", "list the shipped config recipes, or print one"),
     "create-data": ("create_data", "create the dataset a config's task trains on"),
     "export": ("export", "export a checkpoint to TorchScript for C++"),
     "generate": ("generate", "continue a prompt with a trained language model"),

@@ -9,8 +9,8 @@ Use in a subcommand module::
 Argparse errors (unknown option, missing value) go through the same path, so every
 mistake reads ``neural-arch SUBCOMMAND: error: ...`` with no usage block and no traceback.
 Only the exception types a command names are user errors; anything else is a bug and keeps
-its traceback. Every ``--help`` ends with ``details: docs/PAGE.md``, the page that explains
-the command (``docs_pointer``).
+its traceback. Every ``--help`` ends with ``details: URL``, the documentation site's page that
+explains the command (``docs_pointer``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Callable, NoReturn
+
+from neural_arch.utils.docs_site import docs_pointer
 
 USAGE_EXIT = 2
 """Exit status of a usage error (argparse's and the shell convention)."""
@@ -31,13 +33,8 @@ class CommandParser(argparse.ArgumentParser):
         sys.exit(USAGE_EXIT)
 
 
-def docs_pointer(page: str) -> str:
-    """The last line of a command's ``--help``: the repository's docs page for it."""
-    return f"details: docs/{page}"
-
-
 def command_parser(subcommand: str, description: str, page: str) -> CommandParser:
-    """The parser of ``neural-arch SUBCOMMAND``, its help ending with a pointer to docs/``page``;
+    """The parser of ``neural-arch SUBCOMMAND``, its help ending with a pointer to ``page`` (docs_site.py);
     abbreviations off so a typo is never guessed."""
     return CommandParser(
         prog=f"neural-arch {subcommand}", description=description, epilog=docs_pointer(page), allow_abbrev=False

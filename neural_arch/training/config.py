@@ -1,6 +1,6 @@
 """Typed training configuration: defaults < YAML file < ``--set section.key=value``.
 
-Use: ``cfg = load_config("configs/tiny.yaml", ["optim.lr=0.1", "training.steps=50"])``;
+Use: ``cfg = load_config("tiny", ["optim.lr=0.1", "training.steps=50"])`` (a recipe's name or a file);
 ``save_config(cfg, "runs/x/config.yaml")`` writes YAML that loads back to an equal ``Config``.
 
 Loading is generic: the dataclasses below are the schema (types from their annotations,
@@ -37,6 +37,7 @@ from neural_arch.training.config_sections import (
 from neural_arch.training.config_source import apply_override, read_yaml, task_name
 from neural_arch.training.layout_check import checked_layout, layout_active
 from neural_arch.training.profiling import ProfilingConfig
+from neural_arch.training.recipes import config_file
 from neural_arch.training.registry import task_class
 from neural_arch.training.task import RangeRule, Task
 from neural_arch.training.typed_config import POSITIVE, UNIT, ConfigError, at_least, build, names, show, unknown
@@ -126,12 +127,13 @@ _RANGES: dict[str, RangeRule] = {
 def load_config(
     path: Optional[str | Path] = None, overrides: Sequence[str] = (), *, world_size: Optional[int] = None
 ) -> Config:
-    """Defaults, then the YAML file at ``path`` (if any), then ``overrides``, then validation.
+    """Defaults, then the YAML file at ``path`` (if any; or a recipe's name: recipes.py), then
+    ``overrides``, then validation.
 
     ``world_size``: ranks the run will use, for the batch divisibility check; when None and
     ``training.distributed`` is true, ``training.nproc_per_node`` stands in for it.
     """
-    raw = read_yaml(Path(path), Config) if path is not None else {}
+    raw = read_yaml(config_file(path), Config) if path is not None else {}
     task = task_class(task_name(raw, overrides, RunConfig.task))  # the task decides what model:/data: may hold
     sections = section_types(task)
     for text in overrides:

@@ -3,8 +3,9 @@
 Run: ``.venv/bin/python -m pytest tests/cli/test_help_docs.py -q``
 
 The last line of ``neural-arch --help``, of each subcommand's ``--help`` and of the
-launcher's (``python -m neural_arch.distributed.launcher --help``) is ``details: docs/PAGE.md``,
-and that page exists in the repository, so a renamed or removed page fails here.
+launcher's (``python -m neural_arch.distributed.launcher --help``) is ``details: SITE/PAGE.html``
+(SITE: pyproject.toml's Documentation URL, as an installed package reads it) and docs/PAGE.md
+exists in the repository, so a renamed or removed page fails here.
 """
 
 import re
@@ -13,18 +14,25 @@ import pytest
 
 from neural_arch.cli import COMMANDS
 from neural_arch.distributed.launcher import main as launcher_main
+from neural_arch.utils.docs_site import docs_site
 from tests.helpers.cli import run_main
 from tests.helpers.paths import REPO
 
-POINTER = re.compile(r"details: (docs/[\w/.-]+\.md)")
+SITE = docs_site()
+"""The documentation site's URL from the installed metadata (None only in a never-installed checkout)."""
 
 
 def pointed_page(out: str) -> str:
-    """The docs path on the help text's last line; fails if that line is not a pointer."""
+    """The docs/ page behind the help text's last line; fails if that line is not a pointer."""
     last = out.rstrip().splitlines()[-1].strip()
-    found = POINTER.fullmatch(last)
-    assert found, f"--help does not end with 'details: docs/PAGE.md': {last!r}"
-    return found.group(1)
+    pointer = rf"details: {re.escape(SITE)}/([\w/.-]+)\.html" if SITE else r"details: docs/([\w/.-]+)\.md"
+    found = re.fullmatch(pointer, last)
+    assert found, f"--help does not end with a pointer to a page of {SITE or 'docs/'}: {last!r}"
+    return f"docs/{found.group(1)}.md"
+
+
+def test_the_installed_package_names_its_documentation_site():
+    assert SITE is not None and SITE.startswith("https://"), "pyproject.toml: [project.urls] Documentation"
 
 
 @pytest.mark.parametrize("argv", [["--help"]] + [[name, "--help"] for name in COMMANDS], ids=" ".join)

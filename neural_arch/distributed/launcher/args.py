@@ -19,6 +19,7 @@ import difflib
 from typing import NoReturn, Optional, Sequence
 
 from neural_arch.distributed.launcher.options import add_options
+from neural_arch.utils.docs_site import docs_pointer
 
 PROG = "python -m neural_arch.distributed.launcher"
 
@@ -40,7 +41,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Start N worker processes per node running SCRIPT (a Python file, a module with -m, "
         "or an executable with --no-python), restarted as a group on failure. Accepts torchrun's options.",
-        epilog="details: docs/launcher.md",
+        epilog=docs_pointer("launcher.md"),
     )
     add_options(p)
     p.add_argument(
