@@ -62,7 +62,7 @@ def survivors(marker: str) -> list[int]:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # three runs of up to 240 s each would fail on their own first
 def test_killed_run_with_workers_resumes_exactly_on_another_world_size(tmp_path):
     run, reference = tmp_path / "run", tmp_path / "reference"
     common = [*BASE, "--set", "training.steps=12", "--set", "schedule.decay=constant"]
