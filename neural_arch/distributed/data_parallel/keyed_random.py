@@ -21,6 +21,8 @@ recomputation replays them (``recompute_contexts``, given to ``torch.utils.check
 A random op that cannot be keyed (no batch dimension first, a user's own generator, a
 random op that is not elementwise such as ``randperm``/``multinomial``, a fused CUDA
 attention kernel with dropout) runs as before and is named in one warning line, once.
+A process whose first keyed forward drew nothing (a model without dropout) skips the keying
+from then on: no cost per op, and ``torch.compile``'d blocks run compiled.
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ class _Forward:
     modules: list[str] = field(default_factory=list)
     why_not: str = ""
     """Why no op of this forward can be keyed (a pipeline's micro-batches are not ours to see)."""
+    random_ops: int = 0
+    """Random ops seen, keyed or not."""
 
     def uniform(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device, lane: int = 0) -> torch.Tensor:
         keys = [sample_key(self.session.seed, self.step, s, self.call, lane) for s in self.samples]
@@ -246,6 +250,7 @@ class _KeyingMode(TorchDispatchMode):
         if not _is_random(func) or not _native_dropout_active(func, args):
             return func(*args, **kwargs)
         fw, handler = self.fw, _KEYED.get(func)
+        fw.random_ops += 1
         shape = _out_shape(func, args)
         plain = all(type(a) in _PLAIN for a in args if isinstance(a, torch.Tensor))
         if handler is not None and kwargs.get("generator") is None and shape is not None and plain:
@@ -279,16 +284,25 @@ class KeyedRandomness:
         self.warned: set[tuple[str, str]] = set()
         self.keyed_ops = 0
         """Random draws keyed so far (tests and the benchmark read it)."""
+        self.needed = True
+        """False once a whole forward ran without any random op: the model has none (dropout 0), so
+        later forwards skip the dispatch mode and its cost per op (and ``torch.compile`` is not
+        held back by it)."""
 
     @contextlib.contextmanager
     def forward(self, step: int, sample_ids: Sequence[int], why_not: str = "") -> Iterator[None]:
         """Key every random op run inside by (seed, ``step``, the sample's id, call number);
         ``why_not``: none can be, for this reason (each is then named once)."""
+        if not self.needed:
+            yield
+            return
         fw = _Forward(self, int(step), [int(s) for s in sample_ids], why_not=why_not)
         with self._keyed(fw):
             yield
         self.keyed_ops += fw.call
         self.track = False
+        if fw.random_ops == 0 and self.keyed_ops == 0 and not self.warned:
+            self.needed = False
 
     @contextlib.contextmanager
     def _keyed(self, fw: _Forward) -> Iterator[None]:
