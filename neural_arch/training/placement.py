@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 import neural_arch.distributed as nd
+from neural_arch.training.batch_coupling import exact_batch_coupling
 from neural_arch.training.config import Config
 from neural_arch.training.layout_check import layout_active
 from neural_arch.training.task import Task
@@ -211,6 +212,7 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
     host nor device ever holds the whole model, and the initial weights are bitwise one process's."""
     if not layout_active(cfg.parallel):
         model = task.build_model().to(device)
+        exact_batch_coupling(model, cfg)
         compression = cfg.ddp if cfg.ddp.compression != "none" else None
         # Gradients as views of DDP's buckets: the averaged bucket is the gradient, with no copy
         # back (a model-sized copy every step) and one gradient-sized buffer less. The values are
@@ -223,6 +225,7 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
 
     layout = par.validate(cfg.parallel, nd.get_world_size())
     model, materialize = _build_deferred(task)
+    exact_batch_coupling(model, cfg, layout)
     mesh = par.build_mesh(layout, device_type=device.type)
     where = dict(
         dp_rank=par.dp_rank(mesh),
