@@ -1,0 +1,148 @@
+"""Several hosts on one machine: network namespaces joined by veth to a bridge, for multi-host tests.
+
+Use::
+
+    reason = netns_unavailable()          # None, or why these tests must skip (no root, no ip, ...)
+    with hosts(2) as (h0, h1):            # h0.addr == "10.213.7.1", h1.addr == "10.213.7.2"
+        proc = h1.popen([sys.executable, ...], env=...)   # runs inside h1, host name h1.hostname
+        h1.link_down(); h1.link_up()      # a partition by link state
+        h1.drop(True); h1.drop(False)     # a partition by iptables DROP on its veth
+        h1.loss(0.05)                     # 5 % of its incoming packets dropped (iptables statistic)
+
+Each host is a namespace of its own with loopback up (each host's own stores and forwarders
+listen there) and one veth ``eth0`` with a private 10.x address; the peer ends sit in a
+switch namespace's bridge. Nothing is added to the machine's own namespace, so test traffic
+stays among the namespaces made here; everything is deleted when the ``with`` block ends,
+whatever happened (processes still running in them are killed first). This kernel has no
+netem: loss and partitions are iptables rules and link states. Programs run with their own
+UTS namespace (``unshare --uts``) so that each host has its own host name, and with
+``GLOO_SOCKET_IFNAME=eth0`` so that gloo binds the veth, not what the shared host name resolves to.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Optional, Sequence
+
+IFNAME = "eth0"
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=30)
+
+
+def netns_unavailable() -> Optional[str]:
+    """Why namespaces cannot be made here (for ``pytest.skip``), or None when they can."""
+    if os.geteuid() != 0:
+        return "network namespaces need root (run the suite as root, as .ci/run does)"
+    for tool, package in (("ip", "iproute2"), ("iptables", "iptables"), ("unshare", "util-linux")):
+        if shutil.which(tool) is None:
+            return f"no `{tool}` on this machine (Debian package {package}; .ci/run installs it)"
+    probe = f"na-probe-{os.getpid()}"
+    try:
+        _run("ip", "netns", "add", probe)
+        _run("ip", "netns", "exec", probe, "iptables", "-S")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        return f"cannot make a network namespace with iptables here: {detail.strip()[:200]}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+@dataclass
+class Host:
+    """One host: a namespace with ``eth0`` at ``addr``."""
+
+    netns: str
+    hostname: str
+    addr: str
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside this host, under its own host name."""
+        script = 'hostname "$0" && exec "$@"'  # $0: the host name; then the program and its arguments
+        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "sh", "-c", script, self.hostname, *argv]
+
+    def popen(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None, **kwargs) -> subprocess.Popen:
+        """Start ``argv`` inside this host (killed when the hosts go away)."""
+        cmd = self.command(argv)
+        full = dict(os.environ, GLOO_SOCKET_IFNAME=IFNAME, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {}))
+        proc = subprocess.Popen(cmd, env=full, start_new_session=True, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def ip(self, *args: str) -> None:
+        _run("ip", "-n", self.netns, *args)
+
+    def iptables(self, *args: str) -> None:
+        _run("ip", "netns", "exec", self.netns, "iptables", *args)
+
+    def link_down(self) -> None:
+        self.ip("link", "set", IFNAME, "down")
+
+    def link_up(self) -> None:
+        self.ip("link", "set", IFNAME, "up")
+
+    def drop(self, on: bool) -> None:
+        """Drop every packet in and out of ``eth0`` (on) or stop doing so (off)."""
+        flag = "-I" if on else "-D"
+        self.iptables(flag, "INPUT", "-i", IFNAME, "-j", "DROP")
+        self.iptables(flag, "OUTPUT", "-o", IFNAME, "-j", "DROP")
+
+    def loss(self, probability: float) -> None:
+        """Drop that fraction of the packets arriving on ``eth0``, at random."""
+        self.iptables(
+            "-A", "INPUT", "-i", IFNAME, "-m", "statistic", "--mode", "random",
+            "--probability", str(probability), "-j", "DROP",
+        )  # fmt: skip
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its workers: one session
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=30)
+
+
+@contextmanager
+def hosts(count: int) -> Iterator[list[Host]]:
+    """``count`` (2-3) hosts on one bridge, deleted afterwards."""
+    tag = f"{os.getpid() % 10000}{random.randrange(100):02d}"
+    subnet = f"10.{200 + random.randrange(50)}.{random.randrange(1, 255)}"
+    switch = f"na{tag}sw"
+    made: list[str] = []
+    members: list[Host] = []
+    try:
+        _run("ip", "netns", "add", switch)
+        made.append(switch)
+        _run("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", switch, "link", "set", "br0", "up")
+        for i in range(count):
+            host = Host(f"na{tag}h{i}", f"nahost{i}", f"{subnet}.{i + 1}")
+            _run("ip", "netns", "add", host.netns)
+            made.append(host.netns)
+            port = f"p{tag}h{i}"
+            _run("ip", "link", "add", port, "type", "veth", "peer", "name", IFNAME, "netns", host.netns)
+            _run("ip", "link", "set", port, "netns", switch)
+            _run("ip", "-n", switch, "link", "set", port, "master", "br0", "up")
+            host.ip("addr", "add", f"{host.addr}/24", "dev", IFNAME)
+            host.ip("link", "set", IFNAME, "up")
+            host.ip("link", "set", "lo", "up")
+            members.append(host)
+        yield members
+    finally:
+        for host in members:
+            host.kill_all()
+        for name in reversed(made):  # deleting a namespace deletes its veth ends
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        for i in range(count):  # a veth end left in this namespace by a set-up that failed half-way
+            subprocess.run(["ip", "link", "del", f"p{tag}h{i}"], capture_output=True)
