@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -99,19 +100,54 @@ def _data_missing_on_rank_0(task: type, cfg: Config) -> bool:
 
 def resume_from(components: TrainingComponents, resume: str, checkpoints: Path) -> Optional[int]:
     """Restore the checkpoint ``resume`` names (``auto``: the newest usable one in ``checkpoints``,
-    ``none``, or a path); the step it was taken at, or None when nothing was restored."""
+    ``none``, or a path); the step it was taken at, or None when nothing was restored.
+
+    With ``auto``, a checkpoint that loads but cannot be restored into this run (another
+    model's shapes, a shard entry refused as unsafe) is skipped with one warning naming it and
+    why, like a damaged one, and the next older one is tried; if none fits, a one-line
+    ``ConfigError`` (training from scratch would prune the checkpoints that are there).
+    """
     if resume == "none":
         return None
     found = load_checkpoint(checkpoints if resume == "auto" else Path(resume))
-    if found is None:
+    if found is None and resume != "auto":
+        raise ConfigError(f"--resume {resume}: no checkpoint there; use --resume auto or none.")
+    why = None
+    while found is not None:
+        info, state = found
+        why = _restore_failure(components, state, info.path)
+        if why is None:
+            if nd.get_rank() == 0 and components.step < components.cfg.training.steps:
+                steps = components.cfg.training.steps
+                print(f"resuming from step {info.step} of {steps} (checkpoint {info.path})", flush=True)
+            return info.step
         if resume != "auto":
-            raise ConfigError(f"--resume {resume}: no checkpoint there; use --resume auto or none.")
-        return None
-    info, state = found
-    components.restore(state, components.cfg.run.seed, info.path)
-    if nd.get_rank() == 0 and components.step < components.cfg.training.steps:
-        print(f"resuming from step {info.step} of {components.cfg.training.steps} (checkpoint {info.path})", flush=True)
-    return info.step
+            raise ConfigError(f"--resume {resume}: checkpoint {info.path} cannot be restored into this run ({why})")
+        found = load_checkpoint(checkpoints, before=info.step)
+        if nd.get_rank() == 0 and found is not None:
+            warnings.warn(
+                f"checkpoint {info.path} cannot be restored into this run ({why}); "
+                f"falling back to step {found[0].step}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    if why is not None:
+        raise ConfigError(
+            f"no checkpoint in {checkpoints} can be restored into this run (the oldest: {why}); it was written by "
+            "another model or config: use another run.dir, or --resume none to start over (it prunes them)"
+        )
+    return None
+
+
+def _restore_failure(components: TrainingComponents, state: dict[str, Any], step_dir: Path) -> Optional[str]:
+    """Restore ``state``; None if it worked on every rank, else why not (the same on every rank)."""
+    try:
+        components.restore(state, components.cfg.run.seed, step_dir)
+        why = None
+    except Exception as exc:  # noqa: BLE001 - whatever fails, this checkpoint does not fit: fall back, naming it
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        why = text if len(text) <= 1000 else text[:997] + "..."  # one line, even for torch's long ones
+    return next((w for w in nd.all_gather_object(why) if w is not None), None)
 
 
 def finished_run_metrics(components: TrainingComponents, run_dir: Path) -> dict[str, float]:

@@ -118,7 +118,7 @@ def record_metric(directory: PathLike, step: int, metric: float, *, lower_is_bet
 
 
 def load_checkpoint(
-    path: PathLike, *, map_location: Union[str, torch.device] = "cpu"
+    path: PathLike, *, map_location: Union[str, torch.device] = "cpu", before: Optional[int] = None
 ) -> Optional[tuple[CheckpointInfo, dict[str, Any]]]:
     """The newest usable checkpoint under ``path`` (a run's checkpoint dir) or ``path`` itself
     (a step dir, or the ``last``/``best`` pointer of one: link or old-style text file).
@@ -126,6 +126,8 @@ def load_checkpoint(
     Each rank reads on its own (no collectives). A damaged checkpoint in a run directory
     warns and falls back to the next older one; ``None`` means there is no checkpoint yet.
     Raises ``CheckpointError`` when a given step directory, or every candidate, is unusable.
+    ``before``: only steps older than this one (the trainer's fallback past a checkpoint that
+    loads but does not fit the model).
     """
     path = Path(path)
     if path.name in POINTERS:
@@ -140,7 +142,7 @@ def load_checkpoint(
             ) from None
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} is a file; pass a run's checkpoint directory or one step_* directory in it.")
-    candidates = [p for _, p in reversed(step_dirs(path))]
+    candidates = [p for step, p in reversed(step_dirs(path)) if before is None or step < before]
     reasons = []
     for i, step_dir in enumerate(candidates):
         try:

@@ -178,11 +178,16 @@ def test_sharded_non_tensor_entry(runs, tmp_path):
         load_shards(step, read_whole_shards(run / STEP2))
     with pytest.raises(UnsafeCheckpoint, match="may be malicious"):
         read_whole_shards(step)
+    planted = shutil.copytree(step / "shards", tmp_path / "planted")
+    resumed = train(run, 6, "--set", "checkpoint.format=sharded")  # falls back past step 4 (and saves a clean one)
+    assert "resuming from step 2" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert f"checkpoint {step} cannot be restored into this run (" in resumed.stderr, resumed.stderr
+    assert "may be malicious" in resumed.stderr and "falling back to step 2" in resumed.stderr
     assert not marker.exists()
 
     runs_in_child(
         "from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as c; "
-        f"c({str(step / 'shards')!r}, {str(tmp_path / 'out.pt')!r})"
+        f"c({str(planted)!r}, {str(tmp_path / 'out.pt')!r})"
     )
     assert marker.exists(), "the payload is real: torch's default load planner runs it"
 
