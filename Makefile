@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m neural_arch.cli train --config configs/icenet.yaml --create-data
+	$(PY) -m neural_arch.cli train --config icenet --create-data
 
 test: $(STAMP)
 	$(PY) -m pytest

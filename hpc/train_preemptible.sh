@@ -1,6 +1,6 @@
 #!/bin/bash
 # A training job that survives its time limit and preemption: it saves and comes back.
-# Submit: sbatch hpc/train_preemptible.sh --config configs/gpt.yaml [--set key=value ...]
+# Submit: sbatch hpc/train_preemptible.sh --config gpt [--set key=value ...]
 # 120 s before the time limit (or when an admin sends `scancel --signal=USR1 JOB`), SLURM
 # sends SIGUSR1 to every task; each rank finishes its step, they save one checkpoint
 # together, and rank 0 runs `scontrol requeue $SLURM_JOB_ID` (checkpoint.requeue_on_stop).

@@ -3,7 +3,8 @@
 Run: ``.venv/bin/python -m pytest tests/test_docs_examples.py -q`` (about a minute per page with
 CLI runs; ``-k getting-started`` for one page). The convention is in tests/helpers/doc_pages.py:
 ``python`` and ``bash`` blocks run in order in one fresh directory per page, with the venv's
-bin/ first on PATH and NA_REPO set to the repository root; ``<!-- not run: REASON -->`` skips
+bin/ first on PATH and nothing telling them where the checkout is (a recipe is named, not a
+path: tests/test_wheel_install.py runs pages from an installed wheel); ``<!-- not run: REASON -->`` skips
 a block, ``<!-- file: NAME -->`` writes it to NAME. A failure names the page, the block's line
 and its output.
 """
@@ -35,7 +36,7 @@ def venv_bin() -> Path:
 
 
 def block_env() -> dict[str, str]:
-    env = dict(os.environ, NA_REPO=str(REPO), PYTHONUNBUFFERED="1", NO_MKDOCS_2_WARNING="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", NO_MKDOCS_2_WARNING="1")
     env["PATH"] = os.pathsep.join([str(venv_bin()), env.get("PATH", "")])
     # the checkout under test, also where the venv's editable install points elsewhere
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
@@ -132,7 +133,6 @@ false
 
 ```bash
 test "$(cat data.txt)" = hello
-test -d "$NA_REPO/neural_arch"
 ```
 
 ```python
@@ -147,7 +147,16 @@ sys.exit(3)
 @pytest.mark.multiprocess
 def test_a_failing_block_is_reported_with_page_line_and_output(tmp_path: Path):
     failure = page_failure("example.md", PAGE_WITH_A_FAILURE, tmp_path)
-    assert failure is not None and failure.startswith("example.md:18: the ```python block exited 3"), failure
+    assert failure is not None and failure.startswith("example.md:17: the ```python block exited 3"), failure
     assert "about to fail" in failure
     with pytest.raises(AssertionError, match="example.md:1: a ```console block; write ```bash"):
         check_markers("example.md", blocks("```console\nls\n```\n"))
+
+
+def test_no_page_needs_the_checkout():
+    """Examples run from an installed package: they name recipes, never a checkout's path."""
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert "NA_REPO" not in text, f"{page_id(page)}: $NA_REPO (name a recipe: --config tiny)"
+        for block in runnable(blocks(text)):
+            assert "configs/" not in block.text, f"{page_id(page)}:{block.line}: configs/... (name a recipe)"

@@ -1,6 +1,6 @@
 """``neural-arch train``: train from a YAML config, here or on N local processes.
 
-Run: ``neural-arch train --config configs/tiny.yaml --nproc-per-node 2 --set optim.lr=0.1``.
+Run: ``neural-arch train --config tiny --nproc-per-node 2 --set optim.lr=0.1`` (or ``--nproc-per-node auto``).
 With N > 1 and no launcher around it, the command starts N workers through our launcher
 (restarts on), each running this file; under torchrun, srun or mpirun it trains in place.
 The workers' entry is this file: ``python neural_arch/cli/train.py --config FILE [--set
@@ -55,11 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         *_NPROC_FLAGS,
         dest="nproc_per_node",
-        type=int,
+        type=nproc_value,
         default=None,
-        help="processes on this node (default: training.nproc_per_node)",
+        help="processes on this node: N, or auto (GPUs, else CPU cores), cpu or gpu, as `neural-arch launch` "
+        "takes it (default: training.nproc_per_node)",
     )
     return parser
+
+
+def nproc_value(text: str) -> int:
+    """``--nproc-per-node``'s value as a count: the launcher's own rule (``parse_nproc``)."""
+    from neural_arch.distributed.launcher.config import parse_nproc
+
+    try:
+        return parse_nproc(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: Sequence[str]) -> int:

@@ -7,14 +7,15 @@ shared outputs; every rank writes ``run_dir/logs/rank_N.log``.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from tqdm import tqdm
-
 from neural_arch.training.jsonl import append_row, read_rows
+from neural_arch.training.progress import Progress, open_progress
 from neural_arch.training.tracking import Tracker
 from neural_arch.utils.atomic import commit_file
+from neural_arch.utils.safe_files import open_no_follow
 
 
 class RunReporter:
@@ -35,14 +36,14 @@ class RunReporter:
         self.log = logging.getLogger(f"neural_arch.train.rank{rank}.{id(self)}")
         self.log.setLevel(logging.INFO)
         self.log.propagate = False
-        handler = logging.FileHandler(run_dir / "logs" / f"rank_{rank}.log")
+        handler = NoFollowFileHandler(run_dir / "logs" / f"rank_{rank}.log")
         handler.setFormatter(logging.Formatter(f"%(asctime)s [rank {rank}] %(message)s"))
         self.log.addHandler(handler)
-        self.bar: Optional[tqdm] = None
+        self.bar: Optional[Progress] = None  # a tqdm bar on a terminal, plain lines in a log (progress.py)
         self.tb: Any = None
         if rank == 0:
             if progress:
-                self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True, mininterval=1.0)
+                self.bar = open_progress(total_steps, start_step)
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -61,11 +62,9 @@ class RunReporter:
                 self.tb.add_scalar(key, value, step)
 
     def progress(self, step: int, loss: float, samples_per_s: float) -> None:
-        """Advance the bar to ``step`` with the current loss and throughput."""
+        """Advance the progress to ``step`` with the current loss and throughput."""
         if self.bar is not None:
-            self.bar.update(step - self.bar.n)
-            if loss == loss:  # not NaN: a loss has been logged
-                self.bar.set_postfix(loss=f"{loss:.4g}", samples_s=f"{samples_per_s:.0f}", refresh=False)
+            self.bar.update(step, loss, samples_per_s)
 
     def end_tracking(self, finished: bool) -> None:
         """MLflow, W&B: a finished run gets the outputs as files and ends; a stopped one is left to resume."""
@@ -80,6 +79,15 @@ class RunReporter:
         for handler in list(self.log.handlers):
             handler.close()
             self.log.removeHandler(handler)
+
+
+class NoFollowFileHandler(logging.FileHandler):
+    """``logging.FileHandler`` appending without following a symlink (one planted in the run
+    directory would otherwise have every log line written wherever it points)."""
+
+    def _open(self) -> Any:
+        fd = open_no_follow(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return open(fd, "a", encoding=self.encoding, errors=self.errors)
 
 
 def plot_losses(metrics_path: Path, out_png: Path) -> None:
