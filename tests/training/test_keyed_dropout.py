@@ -17,7 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from neural_arch.distributed.data_parallel.keyed_random import KeyedRandomness, keyed_uniform, sample_key
+from neural_arch.distributed.data_parallel.keyed_hash import keyed_uniform, sample_key
+from neural_arch.distributed.data_parallel.keyed_random import KeyedRandomness
 from tests.helpers.gpt_corpus import make_corpus
 from tests.helpers.layout_runs import assert_same_run, same_samples, train
 from tests.helpers.run_outputs import assert_params, final_params
@@ -66,7 +67,7 @@ def test_a_sample_draws_the_same_values_in_any_split():
 def test_hash_wraps_as_64_bit_integers():
     """The tensor hash equals the same arithmetic on Python integers modulo 2**64 (so any
     machine, CPU or GPU, draws the same values)."""
-    from neural_arch.distributed.data_parallel.keyed_random import _GAMMA, _mix_int
+    from neural_arch.distributed.data_parallel.keyed_hash import _GAMMA, _mix_int
 
     key = sample_key(1, 2, 3, 4)
     drawn = keyed_uniform([key], [1, 3], torch.float64, torch.device("cpu")).tolist()[0]
