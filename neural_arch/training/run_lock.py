@@ -24,6 +24,7 @@ from typing import Optional
 
 from neural_arch.training.typed_config import ConfigError
 from neural_arch.utils.file_lock import lock_file
+from neural_arch.utils.safe_files import open_no_follow
 
 LOCK_FILE = ".lock"
 
@@ -40,7 +41,11 @@ class RunDirLock:
         """Take the lock of ``run_dir`` (created if missing) or raise a one-line ``ConfigError``."""
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # not through a symlink (truncating its target), and 0600: it holds a command line
+            fd = open_no_follow(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise ConfigError(f"run.dir={str(run_dir)!r}: cannot open its lock file: {exc}; remove it") from None
+        os.fchmod(fd, 0o600)  # a lock file from before kept 0644
         if not lock_file(fd, exclusive=True, timeout=0):
             holder = os.read(fd, 4096).decode(errors="replace").strip() or "unknown"
             os.close(fd)
