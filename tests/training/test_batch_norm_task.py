@@ -3,11 +3,12 @@
 Run: ``.venv/bin/python -m pytest tests/training/test_batch_norm_task.py -q``
 
 ``BatchNormTask`` (a conv, a ``BatchNorm2d`` and a linear head on 4x4 images it makes itself,
-float64) is trained with ``neural-arch train`` on 1 and 2 processes with a global batch of 4
-over 9 samples: shares of 2 rows, then every epoch's last batch of 1 sample leaves rank 1 with
-none. Losses, weights and running statistics must agree within 1e-10. With
-``training.grad_accum_steps=2`` no forward sees the global batch: the run stops at start with
-one line naming the layer, exit 2, and no restart.
+float64) is trained with ``neural-arch train`` on 1 process, and on 2 with DDP and with FSDP
+(``parallel.dp_shard=2``), with a global batch of 4 over 9 samples: shares of 2 rows, then
+every epoch's last batch of 1 sample leaves rank 1 with none. Losses, weights and running
+statistics must agree within 1e-10. With ``training.grad_accum_steps=2`` no forward sees the
+global batch: the run stops at start with one line naming the layer, exit 2 from its workers,
+and no restart.
 """
 
 from pathlib import Path
@@ -87,23 +88,26 @@ def train_cli(run_dir: Path, procs: int, *extra: str, timeout: float = 200):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_batch_norm_cnn_on_two_processes_equals_one(tmp_path):
     runs = {}
-    for procs in (1, 2):
-        proc = train_cli(tmp_path / f"procs{procs}", procs)
+    for name, procs, extra in (("one", 1, []), ("ddp", 2, []), ("fsdp", 2, ["parallel.dp_shard=2"])):
+        proc = train_cli(tmp_path / name, procs, *extra)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        runs[procs] = tmp_path / f"procs{procs}"
-    one, two = final_params(runs[1]), final_params(runs[2])
+        runs[name] = tmp_path / name
+    one = final_params(runs["one"])
     assert {"1.running_mean", "1.running_var", "1.num_batches_tracked"} <= one.keys()  # torch's names, kept
     assert int(one["1.num_batches_tracked"]) == 7
-    assert_params(two, one, atol=1e-10)
-    rows = {procs: [r for r in metrics(run) if "train/loss" in r or "val/loss" in r] for procs, run in runs.items()}
-    assert len(rows[1]) == len(rows[2]) >= 7
-    for a, b in zip(rows[1], rows[2]):
-        for key in ("train/loss", "val/loss"):
-            if key in a:
-                assert abs(a[key] - b[key]) <= 1e-10, (key, a, b)
+    reference = [r for r in metrics(runs["one"]) if "train/loss" in r or "val/loss" in r]
+    assert len(reference) >= 7
+    for name in ("ddp", "fsdp"):
+        assert_params(final_params(runs[name]), one, atol=1e-10)
+        rows = [r for r in metrics(runs[name]) if "train/loss" in r or "val/loss" in r]
+        assert len(rows) == len(reference), name
+        for a, b in zip(reference, rows):
+            for key in ("train/loss", "val/loss"):
+                if key in a:
+                    assert abs(a[key] - b[key]) <= 1e-10, (name, key, a, b)
 
 
 REFUSED = ["training.grad_accum_steps=2"]
