@@ -90,8 +90,23 @@ def _train_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
 
         load_config(ns.config, ns.overrides, world_size=nproc)  # batch divisibility, before any process starts
         RunDirLock.probe(Path(cfg.run.dir))  # another job there: one line now, not after starting workers
+        if _finished(cfg, ns):
+            return 0
         return _launch_workers(cfg, nproc, without_nproc(argv))
+    if detect_cluster_env().world_size == 1 and _finished(cfg, ns):  # this command is the whole job
+        return 0
     return worker_main(without_nproc(argv))
+
+
+def _finished(cfg: Config, ns: argparse.Namespace) -> bool:
+    """Whether the run in ``run.dir`` is finished (then said in one line): no worker is started
+    and no model built for a run with nothing to do (training/finished_run.py)."""
+    from neural_arch.training.finished_run import finished_step, nothing_to_do_line
+
+    step = finished_step(cfg, ns.resume)
+    if step is not None:
+        print(nothing_to_do_line(step, cfg.training.steps), flush=True)
+    return step is not None
 
 
 def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> Config:

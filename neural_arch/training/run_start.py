@@ -14,7 +14,6 @@ rank 0 and shared, so no rank takes a different branch and waits in a collective
 from __future__ import annotations
 
 import contextlib
-import json
 import warnings
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -25,6 +24,7 @@ import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint import load_checkpoint
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, validate_config
+from neural_arch.training.finished_run import finished_summary, nothing_to_do_line
 from neural_arch.training.init_from import init_weights_from
 from neural_arch.training.layout_check import layout_active
 from neural_arch.training.malloc import return_large_frees
@@ -32,7 +32,6 @@ from neural_arch.training.registry import task_class
 from neural_arch.training.rng import seed_rank
 from neural_arch.training.run_lock import RunDirLock
 from neural_arch.training.typed_config import ConfigError
-from neural_arch.utils.safe_files import read_regular
 
 LARGE_BLOCK = 32 << 10
 """Bytes from which a sharded layout's allocations get their own mapping (malloc.py). Low: a
@@ -154,23 +153,9 @@ def finished_run_metrics(components: TrainingComponents, run_dir: Path) -> dict[
     """A finished run started again: say so and touch none of its outputs; its final metrics."""
     steps = components.cfg.training.steps
     if nd.get_rank() == 0:
-        print(
-            f"already at step {components.step} of {steps}; nothing to do (use --resume none or a new run.dir to "
-            "start over, or raise training.steps to train on)",
-            flush=True,
-        )
+        print(nothing_to_do_line(components.step, steps), flush=True)
     values = finished_summary(run_dir) or {}
     return {k: float(v) for k, v in values.items() if "/" in k and isinstance(v, (int, float))}
-
-
-def finished_summary(run_dir: Path) -> Optional[dict[str, Any]]:
-    """``summary.json`` of a run that finished, or None if there is none or it is unreadable
-    (left empty or cut short by a full disk): then the run is finished again, not reported broken."""
-    try:
-        values = json.loads(read_regular(run_dir / "summary.json", 1 << 20))
-    except (OSError, ValueError):
-        return None
-    return values if isinstance(values, dict) else None
 
 
 def weights_from(components: TrainingComponents, path: str) -> None:
