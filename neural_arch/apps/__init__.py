@@ -1,6 +1,6 @@
 """Applications: one folder each, holding everything that is specific to it.
 
-Run one: ``neural-arch train --config configs/tiny.yaml`` (the config's ``run.task`` names the app).
+Run one: ``neural-arch train --config tiny`` (the config's ``run.task`` names the app).
 
 Each ``apps/<name>/`` has its config sections (``config.py``), data creation and reading,
 its model (plain PyTorch, no distributed imports), its ``Task`` (loss, metrics, baselines,

@@ -1,6 +1,6 @@
 """Build the training batches in DataLoader worker processes (``training.data_workers: N``).
 
-Run: ``neural-arch train --config configs/tiny.yaml --set training.data_workers=2``; in the
+Run: ``neural-arch train --config tiny --set training.data_workers=2``; in the
 loop (trainer.py), ``batch_builder`` picks these workers, the prefetch thread or neither::
 
     with batch_builder(components) as ahead:

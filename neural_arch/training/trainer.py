@@ -1,7 +1,7 @@
 """The training loop behind ``neural-arch train``: exact on any number of ranks, resumable.
 
-Run: ``neural-arch train --config configs/tiny.yaml --nproc-per-node 2`` or, in Python,
-``train(load_config("configs/tiny.yaml"))`` under any launcher (or none).
+Run: ``neural-arch train --config tiny --nproc-per-node 2`` or, in Python,
+``train(load_config("tiny"))`` under any launcher (or none).
 
 Every optimizer step consumes one global batch of the world-size-invariant sampler; each
 rank's share is split into ``grad_accum_steps`` micro-batches (all but the last under

@@ -1,7 +1,7 @@
 """The GPT app's config sections: ``model:`` (the transformer) and ``data:`` (the byte corpus).
 
 Used through ``run.task: gpt`` (configs/gpt.yaml), e.g.
-``neural-arch train --config configs/gpt.yaml --set model.d_model=64 model.positional=learned``.
+``neural-arch train --config gpt --set model.d_model=64 model.positional=learned``.
 """
 
 from __future__ import annotations

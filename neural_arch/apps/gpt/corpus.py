@@ -1,6 +1,6 @@
 """The byte corpus: text files -> train.bin / val.bin (flat uint8) + manifest.json.
 
-Run: ``neural-arch create-data --config configs/gpt.yaml`` (on any number of ranks), or
+Run: ``neural-arch create-data --config gpt`` (on any number of ranks), or
 ``create_corpus(Path("data/gpt_corpus"), None, val_fraction=0.05, context=128)`` in Python;
 read it with ``Corpus(path).train`` (a ``numpy.memmap``).
 

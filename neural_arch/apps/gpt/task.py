@@ -1,6 +1,6 @@
 """The byte-level GPT task: next-byte prediction on a text corpus, scored in bits per byte.
 
-Run: ``neural-arch train --config configs/gpt.yaml --create-data`` (``run.task: gpt``).
+Run: ``neural-arch train --config gpt --create-data`` (``run.task: gpt``).
 
 - A training sample is a window of ``context + 1`` bytes of the training split whose start
   is a hash of (run.seed, sample index): the sampler's world-size-invariant order, exact

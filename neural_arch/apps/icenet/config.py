@@ -1,7 +1,7 @@
 """The sea-ice app's config sections: ``model:`` (the U-Net) and ``data:`` (the gridded store).
 
 Used through ``run.task: icenet`` (configs/icenet.yaml), e.g.
-``neural-arch train --config configs/icenet.yaml --set data.grid=32 model.widths=[8,16]``.
+``neural-arch train --config icenet --set data.grid=32 model.widths=[8,16]``.
 """
 
 from __future__ import annotations

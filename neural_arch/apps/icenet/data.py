@@ -51,7 +51,7 @@ __all__ = [
     "CLASS_THRESHOLDS",
 ]
 
-CREATE_HINT = "create it with `neural-arch create-data --config configs/icenet.yaml` (or train with --create-data)"
+CREATE_HINT = "create it with `neural-arch create-data --config icenet` (or train with --create-data)"
 CLASS_THRESHOLDS = (0.15, 0.8)  # open water < 0.15 <= marginal ice < 0.8 <= full ice
 STORE_FIELDS = ("grid", "cell_km", "years", "start_year", "seed")  # what the stored data depends on
 

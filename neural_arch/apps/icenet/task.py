@@ -1,7 +1,7 @@
 """The sea-ice forecasting task: IceNet-style U-Net on the gridded monthly dataset.
 
 Used through the config: ``run.task: icenet`` (see configs/icenet.yaml);
-``neural-arch train --config configs/icenet.yaml --create-data``.
+``neural-arch train --config icenet --create-data``.
 
 - Inputs are normalized per channel with statistics of the training split computed across
   ranks with ``global_mean_std`` (exactly the single-process values), written next to the

@@ -20,7 +20,7 @@ import xarray as xr
 
 FIELDS = ("siconca", "tas_anom", "tos_anom")
 """The monthly input variables, each (time, yc, xc) and floating point."""
-FIX_HINT = "fix the store, or create one with `neural-arch create-data --config configs/icenet.yaml`"
+FIX_HINT = "fix the store, or create one with `neural-arch create-data --config icenet`"
 _BLOCK_BYTES = 64 * 2**20
 
 

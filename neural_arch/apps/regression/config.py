@@ -1,7 +1,7 @@
 """The regression app's config sections: ``model:`` (the MLP) and ``data:`` (synthetic or file).
 
 Used through ``run.task: regression`` (the default; see configs/tiny.yaml), e.g.
-``neural-arch train --config configs/tiny.yaml --set model.hidden=64 data.num_samples=512``.
+``neural-arch train --config tiny --set model.hidden=64 data.num_samples=512``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The regression app: an MLP fitted by mean squared error to synthetic or file data.
 
-Run: ``neural-arch train --config configs/tiny.yaml --nproc-per-node 2`` (``run.task:
+Run: ``neural-arch train --config tiny --nproc-per-node 2`` (``run.task:
 regression`` is the default). The smallest complete ``Task``: a template for a new app.
 """
 

@@ -345,7 +345,7 @@ def test_missing_path_says_how_to_create(tmp_path):
         IceNetData(tmp_path / "nope.zarr", "train")
     assert str(info.value) == (
         f"no IceNet data at {tmp_path / 'nope.zarr'}; create it with `neural-arch create-data "
-        "--config configs/icenet.yaml` (or train with --create-data)"
+        "--config icenet` (or train with --create-data)"
     )
 
 
