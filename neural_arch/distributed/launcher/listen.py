@@ -95,7 +95,12 @@ def rendezvous_store(host: str, port: int, timeout: timedelta, is_host: Optional
 def hosts_here(host: str, is_host: Optional[bool]) -> bool:
     """Whether this node hosts the c10d rendezvous store at ``host``: ``is_host`` (rdzv_conf) when
     given, else whether ``host`` names this machine (torch's rule)."""
-    return bool(is_host) if is_host is not None else _matches_machine_hostname(host)
+    if is_host is not None:
+        return bool(is_host)
+    try:
+        return _matches_machine_hostname(host)
+    except OSError:  # this machine's own name does not resolve: ``host`` cannot be matched by it
+        return False
 
 
 def loopback_interface() -> Optional[str]:
