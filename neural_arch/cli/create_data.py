@@ -1,6 +1,6 @@
 """``neural-arch create-data --config FILE [--set ...]``: create the dataset a config names.
 
-Run: ``neural-arch create-data --config icenet`` (a recipe or a YAML file); under a launcher, srun or
+Run: ``neural-arch create-data --config NAME`` (a recipe, or a YAML file); under a launcher, srun or
 mpirun every rank writes its share (the result is byte-identical at any world size). What
 is created is the task's business (``Task.create_data``); config mistakes exit 2.
 """
