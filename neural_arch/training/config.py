@@ -88,7 +88,8 @@ class Config:
 # ---- range rules of the framework's sections: key path -> (predicate, what is allowed);
 # None values are skipped. The task adds the rules of its model/data sections (Task.SECTIONS.ranges).
 _RANGES: dict[str, RangeRule] = {
-    "optim.lr": POSITIVE,
+    "optim.lr": ((lambda v: 0 < v <= 1e6), "> 0 and <= 1e6 (larger overflows the weights in the first step)"),
+    "run.seed": ((lambda v: 0 <= v < 2**63), "an integer in [0, 2**63) (torch's generators take 64-bit seeds)"),
     "optim.momentum": UNIT,
     "optim.weight_decay": at_least(0),
     "optim.betas": ((lambda v: all(0 <= b < 1 for b in v)), "two numbers in [0, 1)"),

@@ -18,15 +18,26 @@ from typing import Sequence
 
 import yaml
 
+from neural_arch.training.config_yaml import MAX_STRING, load_yaml
 from neural_arch.training.typed_config import ConfigError, names, show, unknown
+from neural_arch.utils.safe_files import read_regular
+
+MAX_CONFIG_BYTES = 1 << 20
+"""A config file's size limit (the shipped ones are a few KiB)."""
 
 
 def read_yaml(path: Path, root: type) -> dict:
     """The file's top-level mapping of sections (an empty file: all defaults)."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(read_regular(path, MAX_CONFIG_BYTES, follow=True).decode("utf-8"))
     except OSError as e:
         raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); save it as UTF-8"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply; a config is a few levels of mappings") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -46,7 +57,11 @@ def apply_override(raw: dict, text: str, sections: dict[str, type], root: type) 
     key, sep, value_text = str(text).partition("=")
     section, dot, name = key.strip().partition(".")
     if not (sep and dot and section and name):
-        raise ConfigError(f"malformed override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
+        raise ConfigError(f"malformed override {show(text)}: expected section.key=value, e.g. optim.lr=0.1")
+    if len(value_text) > MAX_STRING:
+        raise ConfigError(
+            f"--set {key.strip()}: a value of {len(value_text)} characters, over the {MAX_STRING} allowed"
+        )
     if section not in sections:
         unknown("", section, root)
     cls = sections[section]
@@ -54,7 +69,9 @@ def apply_override(raw: dict, text: str, sections: dict[str, type], root: type) 
         unknown(section, name, cls)
     tp = typing.get_type_hints(cls)[name]
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else None
+        value = load_yaml(value_text) if value_text.strip() else None
+    except RecursionError:
+        raise ConfigError(f"--set {key.strip()}: the value is nested too deeply") from None
     except yaml.YAMLError:
         value = value_text  # not YAML (e.g. "a: b: c"); the type check rejects it where wrong
     # A str field takes the text verbatim: run.name=2024 is a name, not the int 2024 (a

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import reprlib
 import types
 import typing
 from typing import Any, Callable, Literal, Sequence, Union
@@ -120,9 +121,16 @@ def hint(value: Any, choices: Sequence[Any], prefix: str = "") -> str:
     return f" (did you mean {(prefix + '.' if prefix else '') + close[0]!r}?)" if close else ""
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 3, 6, 6, 6
+
+
 def show(value: Any) -> str:
-    """A value as written in YAML (null/true, not None/True), cut short so errors stay one line."""
+    """A value as written in YAML (null/true, not None/True), cut short so errors stay one line.
+    Never the whole value: ``reprlib`` stops after a few items and levels, so a huge or
+    deeply shared value costs no more to show than a small one."""
     if isinstance(value, tuple):
         value = list(value)
-    text = "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
+    text = "null" if value is None else str(value).lower() if isinstance(value, bool) else _SHORT.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -39,9 +39,11 @@ def open_no_follow(path: Path, flags: int, mode: int = 0o600) -> int:
         raise
 
 
-def open_regular(path: Path) -> int:
-    """A read-only descriptor of ``path`` if it is a regular file (not a link, FIFO, device or directory)."""
-    fd = open_no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
+def open_regular(path: Path, follow: bool = False) -> int:
+    """A read-only descriptor of ``path`` if it is a regular file (not a FIFO, device or directory;
+    not a link either unless ``follow``: a file the user names, such as a config, may be one)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK
+    fd = os.open(path, flags | os.O_CLOEXEC) if follow else open_no_follow(path, flags)
     try:
         kind = os.fstat(fd).st_mode
         if not stat.S_ISREG(kind):
@@ -53,9 +55,9 @@ def open_regular(path: Path) -> int:
     return fd
 
 
-def read_regular(path: Path, max_bytes: int) -> bytes:
+def read_regular(path: Path, max_bytes: int, follow: bool = False) -> bytes:
     """The bytes of regular file ``path``; ``OSError`` if it is anything else or over ``max_bytes``."""
-    fd = open_regular(path)
+    fd = open_regular(path, follow)
     try:
         size = os.fstat(fd).st_size
         if size > max_bytes:
