@@ -11,10 +11,11 @@ The loop already sums (loss, samples) over ranks once per metrics row; the per-r
 travel in the same SUM all-reduce, each rank writing only its own slots, so every rank learns
 every rank's data wait, compute time and peak memory at no extra collective. FLOPs per step are
 counted once (``first_step_flops`` around the first step, with ``torch.utils.flop_counter``'s formulas); the peak is
-``logging.peak_flops`` or measured once with a matmul (``measured_peak_flops``). MFU is the
-achieved FLOP/s over the peak of all ranks together. Every rank counts what it runs (its share
-of the batch) and the counts are summed; tensor-parallel peers count their DTensor ops whole,
-so each adds its count divided by their number. Pipelines are not counted yet: a pipeline
+``logging.peak_flops`` or this machine's cached measurement (``peak_flops.py``). MFU is the
+achieved FLOP/s over the peak of all ranks together, never above 1: a row that achieves more
+raises the peak to its rate (``raised_peak``, which the trainer logs and caches). Every rank
+counts what it runs (its share of the batch) and the counts are summed; tensor-parallel peers
+count their DTensor ops whole, so each adds its count divided by their number. Pipelines are not counted yet: a pipeline
 step's count does not match one process's (it comes out higher), so their rows have no FLOP/s
 or MFU rather than a wrong one.
 """
@@ -22,7 +23,6 @@ or MFU rather than a wrong one.
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -49,6 +49,8 @@ class IntervalMeter:
         self.world_size, self.rank, self.device, self.peak_flops = world_size, rank, device, peak_flops
         self.tp_size = tp_size
         """Tensor-parallel peers: each counts the same whole DTensor ops, so each adds 1/tp_size."""
+        self.raised_peak: Optional[float] = None
+        """The peak per rank after a row achieved more than it (MFU <= 1 by construction), else None."""
         self.step_flops: Optional[float] = None
         """This rank's FLOPs of one step, once counted."""
         self.forward_per_rank: list[float] = []
@@ -95,7 +97,9 @@ class IntervalMeter:
             flops = float(total[-1]) / step_seconds
             values["perf/flops_per_s"] = flops
             if self.peak_flops:
-                values["perf/mfu"] = flops / (self.peak_flops * self.world_size)
+                if flops / self.world_size > self.peak_flops:  # the peak was too low (peak_flops.py): raise it
+                    self.peak_flops = self.raised_peak = flops / self.world_size
+                values["perf/mfu"] = min(1.0, flops / (self.peak_flops * self.world_size))
         self.forward_per_rank = [float(f) for f in ranks[:, 2]]
         for rank in range(self.world_size):
             values[f"perf/compute_s/rank{rank}"] = float(ranks[rank, 1])
@@ -145,21 +149,6 @@ class FlopCounter(TorchDispatchMode):
         return out
 
 
-def measured_peak_flops(device: torch.device, size: int = 512, repeats: int = 5) -> float:
-    """FLOP/s of a float32 ``size``-square matmul on ``device``, the best of ``repeats`` (once, at start-up)."""
-    generator = torch.Generator(device=device).manual_seed(0)  # not the global stream: training's RNG is untouched
-    a = torch.randn(size, size, device=device, generator=generator)
-    b = torch.randn(size, size, device=device, generator=generator)
-    best = float("inf")
-    for _ in range(repeats):
-        _sync(device)
-        started = time.perf_counter()
-        torch.mm(a, b)
-        _sync(device)
-        best = min(best, time.perf_counter() - started)
-    return 2 * size**3 / best
-
-
 def peak_memory(device: Optional[torch.device] = None) -> float:
     """Bytes: ``torch.cuda.max_memory_allocated`` on CUDA, else this process's peak RSS (``VmHWM``)."""
     if device is not None and device.type == "cuda":
@@ -171,8 +160,3 @@ def peak_memory(device: Optional[torch.device] = None) -> float:
     except OSError:
         pass
     return 0.0
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -29,7 +29,8 @@ from neural_arch.training.batch_workers import batch_builder
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config
 from neural_arch.training.heap import frozen_heap
-from neural_arch.training.interval_metrics import IntervalMeter, first_step_flops, measured_peak_flops
+from neural_arch.training.interval_metrics import IntervalMeter, first_step_flops
+from neural_arch.training.peak_flops import peak_flops
 from neural_arch.training.prefetch import next_batch
 from neural_arch.training.profiling import StepProfiler
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
@@ -163,8 +164,9 @@ class Trainer:
             forget_samples_after(self.run_dir, step)  # steps past the checkpoint are trained again now
         self.progress = RunProgress(resumed_from=resumed, last_saved=resumed)
         run = self.components
-        peak = cfg.logging.peak_flops or measured_peak_flops(run.device)
-        self.meter = IntervalMeter(nd.get_world_size(), rank, run.device, peak, cfg.parallel.tp)
+        self.peak = peak_flops(run.device, cfg.logging.peak_flops)  # the same every run: MFU means something
+        self.report.log.info("peak FLOP/s per rank: %s", self.peak.describe())
+        self.meter = IntervalMeter(nd.get_world_size(), rank, run.device, self.peak.value, cfg.parallel.tp)
         hosts = nd.all_gather_object(socket.gethostname())
         self.watch = StragglerWatch(hosts, cfg.logging.straggler_threshold, cfg.logging.straggler_intervals)
 
@@ -200,6 +202,7 @@ class Trainer:
                 **validation,
                 **self.meter.row(total, run.task.tokens_per_sample),
             }
+            self.peak.raise_to(self.meter.raised_peak, self.report.log, write=nd.get_rank() == 0)
             self.report.metrics(run.step, row)
             for line in self.watch.check(self.meter.forward_per_rank, run.step):
                 self.report.log.warning(line)
