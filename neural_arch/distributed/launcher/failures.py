@@ -101,6 +101,27 @@ def format_failure_summary(
     return "\n".join(out)
 
 
+def usage_error_line(records: Sequence[FailureRecord], log_dir: Optional[Path]) -> Optional[str]:
+    """The whole report of a job whose last attempt ended on a usage error (exit code 2): one
+    line, instead of a failure summary around the rank's one-line message. The message is quoted
+    unless rank 0 printed it on the console already (ranks it outpaced are killed before their
+    exit is recorded, so rank 0's own line is what tells)."""
+    last = max((record.attempt for record in records), default=0)
+    usage = sorted(
+        (r for r in records if r.attempt == last and r.signal is None and r.exitcode == 2), key=lambda r: r.rank
+    )
+    if not usage or log_dir is None:
+        return None
+    said = _last_lines(usage[0], log_dir, show_log_path=False)[0][-1:]
+    if not said:
+        return None
+    ranks = ", ".join(str(r.rank) for r in usage)
+    line = f"neural_arch launcher: not restarted: rank(s) {ranks} exited with code 2, a usage or configuration error"
+    rank0 = [r for r in records if r.attempt == last and r.rank == 0]
+    shown = rank0 and _last_lines(rank0[0], log_dir, show_log_path=False)[0][-1:] == said
+    return f"{line} (above); a restart would give the same answer." if shown else f"{line}: {said[0]}"
+
+
 def _others(ordered: Sequence[FailureRecord]) -> list[str]:
     """One line per (label, rank, how it ended), naming the attempts it happened in."""
     first_of_attempt: dict[int, FailureRecord] = {}
