@@ -54,7 +54,12 @@ class BoundedLoader(yaml.SafeLoader):
 
 def load_yaml(text: str) -> Any:
     """The value of one YAML document, read with ``BoundedLoader``."""
-    return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    try:
+        return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError:
+        raise
+    except (ValueError, TypeError, OverflowError) as exc:  # a tag PyYAML cannot build: !!float x, !!binary ~
+        raise ConstructorError(None, None, f"a tagged value that cannot be built ({_short(str(exc))})") from None
 
 
 def _expanded_size(root: Node) -> int:
