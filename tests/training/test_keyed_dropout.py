@@ -67,12 +67,15 @@ def test_a_sample_draws_the_same_values_in_any_split():
 def test_hash_wraps_as_64_bit_integers():
     """The tensor hash equals the same arithmetic on Python integers modulo 2**64 (so any
     machine, CPU or GPU, draws the same values)."""
-    from neural_arch.distributed.data_parallel.keyed_hash import _GAMMA, _mix_int
+    from neural_arch.distributed.data_parallel.keyed_hash import _GAMMA, _mix_int, keyed_below
 
     key = sample_key(1, 2, 3, 4)
     drawn = keyed_uniform([key], [1, 3], torch.float64, torch.device("cpu")).tolist()[0]
     assert drawn == [(_mix_int(key + j * _GAMMA) >> 11) * 2.0**-53 for j in (1, 2, 3)]
     assert keyed_uniform([key], [1, 4096], torch.float32, torch.device("cpu")).max() < 1
+    wide = keyed_uniform([key, key + 1], [2, 4096], torch.float64, torch.device("cpu"))
+    for p in (0.1, 0.5, 1 / 3):  # the integer comparison is the float one
+        assert torch.equal(keyed_below([key, key + 1], [2, 4096], p, torch.device("cpu")), wide < p)
 
 
 def test_activation_checkpointing_recomputes_the_same_masks():

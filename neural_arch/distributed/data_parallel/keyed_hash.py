@@ -34,16 +34,20 @@ def _mix_int(value: int) -> int:
     return value ^ (value >> 31)
 
 
-def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Logical right shift of int64 bit patterns (torch's ``>>`` is arithmetic)."""
-    return (x >> bits) & ((1 << (64 - bits)) - 1)
+def _shr_into(x: torch.Tensor, bits: int, out: torch.Tensor) -> torch.Tensor:
+    """``out`` = logical right shift of int64 bit patterns (torch's ``>>`` is arithmetic)."""
+    torch.bitwise_right_shift(x, bits, out=out)
+    return out.bitwise_and_((1 << (64 - bits)) - 1)
 
 
-def _mix_tensor(x: torch.Tensor) -> torch.Tensor:
-    """splitmix64's finaliser elementwise; int64 multiplication wraps modulo 2**64 as intended."""
-    x = (x ^ _shr(x, 30)) * _signed(_MIX1)
-    x = (x ^ _shr(x, 27)) * _signed(_MIX2)
-    return x ^ _shr(x, 31)
+def _mix_tensor_(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser elementwise, in place (with one scratch buffer: the tensors are as
+    large as the activations, so each temporary would cost an allocation and its page faults);
+    int64 multiplication wraps modulo 2**64 as intended."""
+    scratch = torch.empty_like(x)
+    x.bitwise_xor_(_shr_into(x, 30, scratch)).mul_(_signed(_MIX1))
+    x.bitwise_xor_(_shr_into(x, 27, scratch)).mul_(_signed(_MIX2))
+    return x.bitwise_xor_(_shr_into(x, 31, scratch))
 
 
 def sample_key(seed: int, step: int, sample: int, call: int, lane: int = 0) -> int:
@@ -55,14 +59,26 @@ def sample_key(seed: int, step: int, sample: int, call: int, lane: int = 0) -> i
     return key
 
 
-def keyed_uniform(keys: Sequence[int], shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Uniform [0, 1) values of ``shape`` whose first dimension holds ``len(keys)`` samples
-    (sample-major): sample i's values depend only on ``keys[i]`` and their position in it."""
+def keyed_bits(keys: Sequence[int], shape: Sequence[int], bits: int, device: torch.device) -> torch.Tensor:
+    """Random integers in [0, 2**bits) of ``shape``, whose first dimension holds ``len(keys)``
+    samples (sample-major): sample i's values depend only on ``keys[i]`` and their position in it."""
     rows = len(keys)
     per_row = math.prod(shape) // rows if rows else 0
     key = torch.tensor([_signed(k) for k in keys], dtype=torch.int64, device=device).unsqueeze(1)
-    counter = torch.arange(1, per_row + 1, dtype=torch.int64, device=device).unsqueeze(0)
+    counter = torch.arange(1, per_row + 1, dtype=torch.int64, device=device).mul_(_signed(_GAMMA)).unsqueeze(0)
+    mixed = _mix_tensor_(key + counter)
+    return mixed.bitwise_right_shift_(64 - bits).bitwise_and_((1 << bits) - 1).reshape(shape)
+
+
+def keyed_uniform(keys: Sequence[int], shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Uniform [0, 1) values of ``shape`` (see ``keyed_bits``): k / 2**bits with as many bits as
+    ``dtype`` has significand, so every value is exact and below 1."""
     bits = _BITS.get(dtype, 24)
-    drawn = _shr(_mix_tensor(key + counter * _signed(_GAMMA)), 64 - bits)
     wide = torch.float64 if bits > 24 else torch.float32
-    return (drawn.to(wide) * 2.0**-bits).to(dtype).reshape(shape)
+    return keyed_bits(keys, shape, bits, device).to(wide).mul_(2.0**-bits).to(dtype)
+
+
+def keyed_below(keys: Sequence[int], shape: Sequence[int], p: float, device: torch.device) -> torch.Tensor:
+    """``keyed_uniform(..., float64) < p`` without the floats: k / 2**53 < p exactly when
+    k < ceil(p * 2**53) (scaling by a power of two is exact)."""
+    return keyed_bits(keys, shape, 53, device) < math.ceil(p * 2.0**53)

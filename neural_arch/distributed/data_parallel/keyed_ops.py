@@ -22,6 +22,10 @@ class Draws(Protocol):
         self, shape: Sequence[int], dtype: torch.dtype, device: torch.device, lane: int = 0
     ) -> torch.Tensor: ...
 
+    def below(self, shape: Sequence[int], p: float, device: torch.device) -> torch.Tensor:
+        """``uniform(shape, float64, device) < p``, computed on the integers (cheaper)."""
+        ...
+
 
 def _floating(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype.is_floating_point else torch.float64
@@ -50,8 +54,9 @@ def _inplace(fill: Callable[[Draws, torch.Tensor, tuple, dict], torch.Tensor]) -
 
 def _bernoulli_fill(fw: Draws, t: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
     p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-    u = fw.uniform(t.shape, torch.float64, t.device)
-    return u < (p.double() if isinstance(p, torch.Tensor) else p)
+    if not isinstance(p, torch.Tensor):
+        return fw.below(t.shape, p, t.device)
+    return fw.uniform(t.shape, torch.float64, t.device) < p.double()
 
 
 def _uniform_fill(fw: Draws, t: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
@@ -103,7 +108,7 @@ def _factory(gaussian: bool) -> Callable[..., torch.Tensor]:
 
 def _native_dropout(fw: Draws, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     x, p = args[0], args[1]
-    keep = fw.uniform(x.shape, torch.float64, x.device) >= p
+    keep = fw.below(x.shape, p, x.device).logical_not_()
     scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
     return x * keep.to(x.dtype) * scale, keep
 

@@ -36,7 +36,7 @@ from typing import Any, ContextManager, Iterator, Optional, Sequence
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from neural_arch.distributed.data_parallel.keyed_hash import keyed_uniform, sample_key
+from neural_arch.distributed.data_parallel.keyed_hash import keyed_below, keyed_uniform, sample_key
 from neural_arch.distributed.data_parallel.keyed_ops import KEYED, draws_anything, is_random, out_shape
 
 _ACTIVE: contextvars.ContextVar[Optional[_Forward]] = contextvars.ContextVar("neural_arch_keyed", default=None)
@@ -58,9 +58,14 @@ class _Forward:
     random_ops: int = 0
     """Random ops seen, keyed or not."""
 
+    def _keys(self, lane: int) -> list[int]:
+        return [sample_key(self.session.seed, self.step, s, self.call, lane) for s in self.samples]
+
     def uniform(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device, lane: int = 0) -> torch.Tensor:
-        keys = [sample_key(self.session.seed, self.step, s, self.call, lane) for s in self.samples]
-        return keyed_uniform(keys, shape, dtype, device)
+        return keyed_uniform(self._keys(lane), shape, dtype, device)
+
+    def below(self, shape: Sequence[int], p: float, device: torch.device) -> torch.Tensor:
+        return keyed_below(self._keys(0), shape, p, device)
 
     def keyable(self, shape: Sequence[int]) -> bool:
         n = len(self.samples)
