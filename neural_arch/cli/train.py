@@ -10,6 +10,7 @@ k=v ...] [--resume auto|none|PATH]``. Config mistakes exit 2 with one line.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -24,6 +25,8 @@ if TYPE_CHECKING:  # imported lazily at run time, so `--help` and usage errors s
 
 PROG = "neural-arch train"
 _NPROC_FLAGS = ("--nproc-per-node", "--nproc_per_node")
+PROCS_PER_CORE = 8
+"""Most processes per core ``neural-arch train`` starts on one node (tests oversubscribe 2 cores 2x)."""
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +86,9 @@ def _train_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
     from neural_arch.distributed.env import detect_cluster_env
 
     cfg = _checked_config(ns, None)
-    nproc = ns.nproc_per_node or cfg.training.nproc_per_node
+    given = ns.nproc_per_node is not None
+    nproc = ns.nproc_per_node if given else cfg.training.nproc_per_node
+    check_nproc(nproc, "--nproc-per-node" if given else "training.nproc_per_node", os.cpu_count() or 1)
     if nproc > 1 and detect_cluster_env().world_size == 1:
         from neural_arch.training.config import load_config
         from neural_arch.training.run_lock import RunDirLock
@@ -107,6 +112,18 @@ def _finished(cfg: Config, ns: argparse.Namespace) -> bool:
     if step is not None:
         print(nothing_to_do_line(step, cfg.training.steps), flush=True)
     return step is not None
+
+
+def check_nproc(nproc: int, where: str, cores: int) -> None:
+    """Refuse more processes than ``PROCS_PER_CORE`` per core (each worker holds its own torch
+    and model: a thousand of them exhaust memory and the kernel kills the launcher with them).
+    Below 1 is refused earlier, as ``launch`` does (``parse_nproc``, ``training.nproc_per_node >= 1``)."""
+    limit = max(PROCS_PER_CORE * cores, PROCS_PER_CORE)
+    if nproc > limit:
+        raise ConfigError(
+            f"{where} {nproc}: more processes than this machine can run ({cores} cores, at most {limit}: "
+            f"{PROCS_PER_CORE} per core); use fewer, or more nodes"
+        )
 
 
 def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> Config:

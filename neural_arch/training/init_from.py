@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from neural_arch.distributed.checkpoint import has_shards, load_checkpoint
+from neural_arch.distributed.checkpoint.layout import STATE_FILE
 from neural_arch.distributed.checkpoint.shards import SHARDS
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.task import Task
@@ -30,8 +31,15 @@ def init_weights_from(components: TrainingComponents, path: str) -> int:
     where = Path(path)
     if (where / "checkpoints").is_dir():
         where = where / "checkpoints"
+    if where.name == STATE_FILE and where.is_file():  # step_*/state.pt: the step directory is meant
+        where = where.parent
     if not where.exists():
         raise ConfigError(f"run.init_from={path}: does not exist; name a run directory, its checkpoints/ or a step_*")
+    if not where.is_dir():
+        raise ConfigError(
+            f"run.init_from={path}: is a file, not a checkpoint directory; name a run directory, its checkpoints/ "
+            "or a step_* directory in it"
+        )
     found = load_checkpoint(where)
     if found is None:
         raise ConfigError(f"run.init_from={path}: no checkpoint there (no step_* directories); train that run first")

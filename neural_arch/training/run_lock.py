@@ -16,6 +16,7 @@ The file records who holds it (pid, host, command) for the error message.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sys
@@ -39,12 +40,12 @@ class RunDirLock:
     @classmethod
     def acquire(cls, run_dir: Path) -> RunDirLock:
         """Take the lock of ``run_dir`` (created if missing) or raise a one-line ``ConfigError``."""
-        run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / LOCK_FILE
         try:  # not through a symlink (truncating its target), and 0600: it holds a command line
+            run_dir.mkdir(parents=True, exist_ok=True)
             fd = open_no_follow(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            raise ConfigError(f"run.dir={str(run_dir)!r}: cannot open its lock file: {exc}; remove it") from None
+            raise ConfigError(f"run.dir={str(run_dir)!r} cannot be used: {_why(run_dir, exc)}") from None
         os.fchmod(fd, 0o600)  # a lock file from before kept 0644
         if not lock_file(fd, exclusive=True, timeout=0):
             holder = os.read(fd, 4096).decode(errors="replace").strip() or "unknown"
@@ -59,11 +60,24 @@ class RunDirLock:
 
     @classmethod
     def probe(cls, run_dir: Path) -> None:
-        """Raise the ``ConfigError`` of ``acquire`` if another job holds ``run_dir`` now; hold nothing."""
-        if run_dir.is_dir():
-            cls.acquire(run_dir).release()
+        """Raise the ``ConfigError`` of ``acquire`` if another job holds ``run_dir`` now or it cannot
+        be created or written (a file, under a file, read-only); hold nothing. Creates ``run_dir``."""
+        cls.acquire(run_dir).release()
 
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _why(run_dir: Path, exc: OSError) -> str:
+    """What is wrong with ``run_dir``, and the fix, from the error creating it or its lock file."""
+    if run_dir.exists() and not run_dir.is_dir():
+        return "it is a file, not a directory; choose another run.dir or move the file away"
+    if isinstance(exc, NotADirectoryError):
+        return "a part of its path is a file, not a directory; choose another run.dir"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"it is not writable ({exc.strerror}); choose a directory you can write to"
+    if exc.errno == errno.ELOOP:
+        return f"its lock file {run_dir / LOCK_FILE} is a symlink; remove it"
+    return f"{exc.strerror or exc}; choose another run.dir"
