@@ -54,7 +54,9 @@ def task_class(name: str, *, allow_import: bool = True) -> type[Task]:
     a ``module:Class`` shipped beside a downloaded run never runs its top-level code.
     """
     if not isinstance(name, str):
-        raise ConfigError(f"run.task is a {type(name).__name__}, expected a task name such as 'regression'")
+        raise ConfigError(
+            f"run.task is a {type(name).__name__}, expected a task name (registered, an installed entry point, or module:Class)"
+        )
     if name in _registered:
         return _registered[name]
     installed = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]

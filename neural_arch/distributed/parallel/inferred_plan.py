@@ -9,8 +9,8 @@ lists the parameters that are one tensor.
 The rule: a block list is an ``nn.ModuleList`` or ``nn.Sequential`` of at least two children
 of one class, each holding submodules of its own (so a ``Sequential`` of ``Linear`` layers or
 a list of output heads is not one); lists inside a block (experts, sub-layers) do not count.
-Every Hugging Face model has exactly one (``GPT2LMHeadModel.transformer.h``,
-``LlamaForCausalLM.model.layers``); an encoder-decoder has two and is ambiguous. The
+Every Hugging Face model has exactly one (a causal LM's ``transformer.h``,
+or ``model.layers``); an encoder-decoder has two and is ambiguous. The
 inferred plan names those blocks (FSDP shards each, activation checkpointing wraps each)
 and the tied parameters; tensor and pipeline parallelism still need a hand-written plan,
 since which Linear splits by columns is not in the structure.
