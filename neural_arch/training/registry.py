@@ -55,7 +55,7 @@ def task_class(name: str, *, allow_import: bool = True) -> type[Task]:
     """
     if not isinstance(name, str):
         raise ConfigError(
-            f"run.task is a {type(name).__name__}, expected a task name (registered, an installed entry point, or module:Class)"
+            f"run.task is a {type(name).__name__}, expected a task name (registered, an entry point, or module:Class)"
         )
     if name in _registered:
         return _registered[name]
