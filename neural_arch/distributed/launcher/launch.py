@@ -34,13 +34,12 @@ from neural_arch.distributed.launcher import cpu_bind
 from neural_arch.distributed.launcher.agent import RobustElasticAgent
 from neural_arch.distributed.launcher.args import PROG, LaunchUsageError, parse_launch_args
 from neural_arch.distributed.launcher.config import LaunchConfig, config_from_args
-from neural_arch.distributed.launcher.failures import format_failure_summary, usage_error_line
 from neural_arch.distributed.launcher.job_token import TOKEN_ENV, ForeignJobError, JobToken, resolve_job_token
 from neural_arch.distributed.launcher.listen import LOOPBACK, check_port_free, is_local, loopback_interface
 from neural_arch.distributed.launcher.log_format import clear_progress_markers
+from neural_arch.distributed.launcher.outcome import failed_job_exit
 from neural_arch.distributed.launcher.program import check_program
 from neural_arch.distributed.launcher.rendezvous import RendezvousUnreachable, rendezvous_handler
-from neural_arch.distributed.launcher.restart_policy import USAGE_ERROR
 from neural_arch.distributed.launcher.scratch import ScratchDir
 from neural_arch.distributed.launcher.torch_logs import torch_elastic_logs
 
@@ -182,25 +181,8 @@ class DistributedLauncher:
                 os.environ.update(saved)
                 if usr1 is not None:
                     signal.signal(signal.SIGUSR1, usr1)
-            if result.is_failed() and agent.stopped_by is not None:
-                name = signal.Signals(agent.stopped_by).name
-                print(
-                    f"launcher: the workers stopped on {name} as asked (a neural-arch trainer saved a checkpoint "
-                    "first); no restart. Run the same command to continue.",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return 128 + agent.stopped_by
-            refused = usage_error_line(agent.failure_history, log_dir) if result.is_failed() else None
-            if refused is not None:
-                print(refused, file=sys.stderr, flush=True)
-                return USAGE_ERROR
             if result.is_failed():
-                summary = format_failure_summary(
-                    agent.failure_history, log_dir, c.max_restarts, show_log_path=bool(c.log_dir), gave_up=agent.gave_up
-                )
-                print(summary, file=sys.stderr, flush=True)
-                return 1
+                return failed_job_exit(agent, log_dir, c.max_restarts, show_log_path=bool(c.log_dir))
         return 0
 
     def _worker_environment(self) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""A stopped worker is woken before torch's close signals it (agent.py, ``_waking_first``).
+"""A stopped worker is woken before torch's close signals it (stopping.py, ``waking_first``).
 
 Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_wake.py``
 
@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from neural_arch.distributed.launcher.agent import KILL_WAIT, _stat_fields, _waking_first
 from neural_arch.distributed.launcher.stacks import handles
+from neural_arch.distributed.launcher.stopping import KILL_WAIT, stat_fields, waking_first
 
 
 def stopped_child() -> subprocess.Popen:
@@ -31,7 +31,7 @@ def stopped_child() -> subprocess.Popen:
     os.kill(child.pid, signal.SIGSTOP)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # wait until the kernel reports it stopped ("T")
-        if (_stat_fields(Path(f"/proc/{child.pid}/stat")) or [""])[0] == "T":
+        if (stat_fields(Path(f"/proc/{child.pid}/stat")) or [""])[0] == "T":
             return child
         time.sleep(0.01)
     raise AssertionError("the child did not stop")
@@ -50,7 +50,7 @@ def test_a_stopped_worker_takes_the_close_signal_at_once():
     child, waited = stopped_child(), []
     try:
         not_crashed = lambda: False  # e.g. a rank stopped on request: the others keep their grace
-        _waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid}, not_crashed)()
+        waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid}, not_crashed)()
         assert waited == [True] and child.returncode == -signal.SIGTERM
     finally:
         child.kill()
@@ -61,10 +61,10 @@ def test_after_a_crash_the_close_kills_at_once():
     """torch's poll closes with no arguments; after a crashed rank the others get SIGKILL, not a grace."""
     child, asked = stopped_child(), []
     try:
-        _waking_first(lambda *args: asked.append(args), lambda: {0: child.pid}, lambda: True)()
+        waking_first(lambda *args: asked.append(args), lambda: {0: child.pid}, lambda: True)()
         assert asked == [(signal.SIGKILL, KILL_WAIT)]
         # A close with arguments (a stop or a membership change) is passed on as it is.
-        _waking_first(lambda *args: asked.append(args), lambda: {0: child.pid}, lambda: True)(signal.SIGTERM, 5)
+        waking_first(lambda *args: asked.append(args), lambda: {0: child.pid}, lambda: True)(signal.SIGTERM, 5)
         assert asked[-1] == (signal.SIGTERM, 5)
     finally:
         child.kill()
@@ -90,7 +90,7 @@ def test_a_worker_still_starting_is_not_sent_the_stack_signal():
         time.sleep(0.5)
         assert not handles(child.pid, signal.SIGUSR2)
         waited = []
-        _waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid}, lambda: False)()
+        waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid}, lambda: False)()
         assert waited == [True] and child.returncode == -signal.SIGTERM  # not -SIGUSR2
     finally:
         child.kill()
