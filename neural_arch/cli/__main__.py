@@ -1,7 +1,5 @@
 """``python -m neural_arch.cli SUBCOMMAND ...``: the same as the ``neural-arch`` command."""
 
-import sys
+from neural_arch.cli import run
 
-from neural_arch.cli import main
-
-sys.exit(main())
+run()

@@ -13,7 +13,7 @@ every rank's data wait, compute time and peak memory at no extra collective. FLO
 counted once (``first_step_flops`` around the first step, with ``torch.utils.flop_counter``'s formulas); the peak is
 ``logging.peak_flops`` or this machine's cached measurement (``peak_flops.py``). MFU is the
 achieved FLOP/s over the peak of all ranks together, never above 1: a row that achieves more
-raises the peak to its rate (``raised_peak``, which the trainer logs and caches). Every rank
+raises the peak to its rate (``on_peak_raised``: the trainer logs and caches it). Every rank
 counts what it runs (its share of the batch) and the counts are summed; tensor-parallel peers
 count their DTensor ops whole, so each adds its count divided by their number. Pipelines are not counted yet: a pipeline
 step's count does not match one process's (it comes out higher), so their rows have no FLOP/s
@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from neural_arch.training.peak_flops import rank_peak  # noqa: F401 - the meter's peak, re-exported for trainer.py
 
 FIRST = 2
 """Slots before the per-rank ones: this rank's (loss sum, samples) since the last row."""
@@ -45,12 +47,13 @@ class IntervalMeter:
         device: torch.device,
         peak_flops: Optional[float],
         tp_size: int = 1,
+        on_peak_raised: Optional[Callable[[float], None]] = None,
     ) -> None:
         self.world_size, self.rank, self.device, self.peak_flops = world_size, rank, device, peak_flops
         self.tp_size = tp_size
         """Tensor-parallel peers: each counts the same whole DTensor ops, so each adds 1/tp_size."""
-        self.raised_peak: Optional[float] = None
-        """The peak per rank after a row achieved more than it (MFU <= 1 by construction), else None."""
+        self.on_peak_raised = on_peak_raised
+        """Told the new peak per rank when a row achieved more than the peak (MFU <= 1 by construction)."""
         self.step_flops: Optional[float] = None
         """This rank's FLOPs of one step, once counted."""
         self.forward_per_rank: list[float] = []
@@ -98,7 +101,9 @@ class IntervalMeter:
             values["perf/flops_per_s"] = flops
             if self.peak_flops:
                 if flops / self.world_size > self.peak_flops:  # the peak was too low (peak_flops.py): raise it
-                    self.peak_flops = self.raised_peak = flops / self.world_size
+                    self.peak_flops = flops / self.world_size
+                    if self.on_peak_raised is not None:
+                        self.on_peak_raised(self.peak_flops)
                 values["perf/mfu"] = min(1.0, flops / (self.peak_flops * self.world_size))
         self.forward_per_rank = [float(f) for f in ranks[:, 2]]
         for rank in range(self.world_size):

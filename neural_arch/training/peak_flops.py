@@ -2,10 +2,8 @@
 
 Used by trainer.py::
 
-    peak = peak_flops(device, cfg.logging.peak_flops)    # once per run
-    log.info("peak FLOP/s per rank: %s", peak.describe())
-    ...
-    peak.raise_to(meter.raised_peak, log, write=rank == 0)   # after a row whose rate beat it
+    peak = rank_peak(device, cfg.logging.peak_flops, log, write=rank == 0)   # once per run; logged
+    meter = IntervalMeter(world, rank, device, peak.value, tp, peak.raise_to)  # a row above it raises it
 
 Why cached: a matmul timed at every start-up measures whatever else the machine is doing, so
 the same run's MFU moved from 0.33 to 2.6 between runs. The measurement (``measured_peak_flops``:
@@ -48,47 +46,57 @@ class PeakFlops:
     key: Optional[str] = None
     """This machine's entry in ``cache`` (None for a configured peak: never written)."""
     cache: Optional[Path] = None
+    log: logging.Logger = logging.getLogger(__name__)
+    write: bool = False
+    """Whether this process updates the cache when the peak is raised (one rank per run)."""
 
     def describe(self) -> str:
         return f"{self.value:.4g} ({self.source})"
 
-    def raise_to(self, achieved: Optional[float], log: logging.Logger, write: bool) -> None:
+    def raise_to(self, achieved: float) -> None:
         """A rate above the peak was achieved: the peak was wrong. Raise it (and the cache entry,
-        where ``write``) and say so once in the log."""
-        if achieved is None or achieved <= self.value:
+        where ``write``) and say so in the log."""
+        if achieved <= self.value:
             return
-        log.warning(
+        self.log.warning(
             "achieved %.4g FLOP/s per rank, above the peak %s: the peak was too low (measured under load?); "
             "raised to %.4g%s",
             achieved,
             self.describe(),
             achieved,
-            f" in {self.cache}" if write and self.key else "",
+            f" in {self.cache}" if self.write and self.key else "",
         )
         self.value = achieved
-        if write and self.key and self.cache:
+        if self.write and self.key and self.cache:
             _store(self.cache, self.key, achieved, "raised to an achieved rate")
 
 
-def peak_flops(
+def rank_peak(
     device: torch.device,
     configured: Optional[float],
+    log: Optional[logging.Logger] = None,
+    write: bool = False,
     cache: Optional[Path] = None,
     measure: Optional[Callable[[torch.device], float]] = None,
 ) -> PeakFlops:
     """``configured`` if set, else this machine's peak from ``cache`` (default ``CACHE``), measured
-    (``measure``, default a matmul) and cached the first time."""
+    (``measure``, default a matmul) and cached the first time; named in ``log``. ``write``: this
+    process updates the cache when the peak is raised."""
+    log = log or logging.getLogger(__name__)
     if configured:
-        return PeakFlops(configured, "logging.peak_flops")
-    cache = cache or CACHE
-    key = machine_key(device)
-    entry = _load(cache).get(key)
-    if isinstance(entry, dict) and isinstance(entry.get("flops"), (int, float)) and entry["flops"] > 0:
-        return PeakFlops(float(entry["flops"]), f"{cache} [{key}], {entry.get('how', '?')}", key, cache)
-    value = (measure or measured_peak_flops)(device)
-    how = f"measured {time.strftime('%Y-%m-%d')}"
-    _store(cache, key, value, how)
-    return PeakFlops(value, f"{cache} [{key}], {how}", key, cache)
+        peak = PeakFlops(configured, "logging.peak_flops", log=log)
+    else:
+        cache = cache or CACHE
+        key = machine_key(device)
+        entry = _load(cache).get(key)
+        if isinstance(entry, dict) and isinstance(entry.get("flops"), (int, float)) and entry["flops"] > 0:
+            value, how = float(entry["flops"]), str(entry.get("how", "?"))
+        else:
+            value, how = (measure or measured_peak_flops)(device), f"measured {time.strftime('%Y-%m-%d')}"
+            _store(cache, key, value, how)
+        peak = PeakFlops(value, f"{cache} [{key}], {how}", key, cache, log, write)
+    log.info("peak FLOP/s per rank: %s", peak.describe())
+    return peak
 
 
 def machine_key(device: torch.device) -> str:

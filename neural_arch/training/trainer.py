@@ -29,8 +29,7 @@ from neural_arch.training.batch_workers import batch_builder
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config
 from neural_arch.training.heap import frozen_heap
-from neural_arch.training.interval_metrics import IntervalMeter, first_step_flops
-from neural_arch.training.peak_flops import peak_flops
+from neural_arch.training.interval_metrics import IntervalMeter, first_step_flops, rank_peak
 from neural_arch.training.prefetch import next_batch
 from neural_arch.training.profiling import StepProfiler
 from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
@@ -164,9 +163,8 @@ class Trainer:
             forget_samples_after(self.run_dir, step)  # steps past the checkpoint are trained again now
         self.progress = RunProgress(resumed_from=resumed, last_saved=resumed)
         run = self.components
-        self.peak = peak_flops(run.device, cfg.logging.peak_flops)  # the same every run: MFU means something
-        self.report.log.info("peak FLOP/s per rank: %s", self.peak.describe())
-        self.meter = IntervalMeter(nd.get_world_size(), rank, run.device, self.peak.value, cfg.parallel.tp)
+        peak = rank_peak(run.device, cfg.logging.peak_flops, self.report.log, write=rank == 0)  # cached: see the log
+        self.meter = IntervalMeter(nd.get_world_size(), rank, run.device, peak.value, cfg.parallel.tp, peak.raise_to)
         hosts = nd.all_gather_object(socket.gethostname())
         self.watch = StragglerWatch(hosts, cfg.logging.straggler_threshold, cfg.logging.straggler_intervals)
 
@@ -202,7 +200,6 @@ class Trainer:
                 **validation,
                 **self.meter.row(total, run.task.tokens_per_sample),
             }
-            self.peak.raise_to(self.meter.raised_peak, self.report.log, write=nd.get_rank() == 0)
             self.report.metrics(run.step, row)
             for line in self.watch.check(self.meter.forward_per_rank, run.step):
                 self.report.log.warning(line)

@@ -15,7 +15,7 @@ import torch
 from neural_arch.training import peak_flops as peak_module
 from neural_arch.training.config import load_config
 from neural_arch.training.interval_metrics import FIRST, PER_RANK, IntervalMeter
-from neural_arch.training.peak_flops import machine_key, peak_flops
+from neural_arch.training.peak_flops import machine_key, rank_peak
 from neural_arch.training.trainer import train
 from tests.helpers.run_outputs import metrics
 
@@ -28,8 +28,8 @@ def _never(device: torch.device) -> float:
 
 def test_measured_once_then_read_from_the_cache(tmp_path):
     cache = tmp_path / "peak_flops.json"
-    first = peak_flops(CPU, None, cache=cache, measure=lambda device: 5e8)
-    again = peak_flops(CPU, None, cache=cache, measure=_never)
+    first = rank_peak(CPU, None, cache=cache, measure=lambda device: 5e8)
+    again = rank_peak(CPU, None, cache=cache, measure=_never)
     assert first.value == again.value == 5e8
     assert str(cache) in again.describe() and machine_key(CPU) in again.describe()
     assert json.loads(cache.read_text())[machine_key(CPU)]["flops"] == 5e8
@@ -37,7 +37,7 @@ def test_measured_once_then_read_from_the_cache(tmp_path):
 
 def test_a_configured_peak_is_used_as_given_and_never_cached(tmp_path):
     cache = tmp_path / "peak_flops.json"
-    peak = peak_flops(CPU, 2e12, cache=cache, measure=_never)
+    peak = rank_peak(CPU, 2e12, cache=cache, measure=_never)
     assert (peak.value, peak.source) == (2e12, "logging.peak_flops")
     assert not cache.exists()
 
@@ -45,7 +45,7 @@ def test_a_configured_peak_is_used_as_given_and_never_cached(tmp_path):
 def test_a_damaged_cache_is_measured_again(tmp_path):
     cache = tmp_path / "peak_flops.json"
     cache.write_text("{not json")
-    assert peak_flops(CPU, None, cache=cache, measure=lambda device: 7e8).value == 7e8
+    assert rank_peak(CPU, None, cache=cache, measure=lambda device: 7e8).value == 7e8
 
 
 def _row(meter: IntervalMeter, step_flops_sum: float, step_seconds: float) -> dict[str, float]:
@@ -60,13 +60,12 @@ def _row(meter: IntervalMeter, step_flops_sum: float, step_seconds: float) -> di
 
 def test_a_row_above_the_peak_has_mfu_1_and_raises_the_peak(tmp_path, caplog):
     cache = tmp_path / "peak_flops.json"
-    peak = peak_flops(CPU, None, cache=cache, measure=lambda device: 1e3)  # "measured under load"
-    meter = IntervalMeter(2, 0, CPU, peak.value)
+    peak = rank_peak(CPU, None, write=True, cache=cache, measure=lambda device: 1e3)  # "measured under load"
+    meter = IntervalMeter(2, 0, CPU, peak.value, on_peak_raised=peak.raise_to)
     row = _row(meter, 4e6, 0.5)  # 8e6 FLOP/s over 2 ranks: 4e6 per rank
-    assert row["perf/mfu"] == 1.0 and meter.raised_peak == 4e6
-    peak.raise_to(meter.raised_peak, peak_module.logging.getLogger("test"), write=True)
+    assert row["perf/mfu"] == 1.0 and meter.peak_flops == peak.value == 4e6
     assert "the peak was too low" in caplog.text
-    assert peak_flops(CPU, None, cache=cache, measure=_never).value == 4e6
+    assert rank_peak(CPU, None, cache=cache, measure=_never).value == 4e6
     assert _row(meter, 2e6, 0.5)["perf/mfu"] == pytest.approx(0.5)  # later rows: against the raised peak
 
 
