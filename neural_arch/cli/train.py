@@ -222,4 +222,8 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(worker_main())
+    from neural_arch.utils.fast_exit import request_fast_exit
+
+    code = worker_main()
+    request_fast_exit()  # our launcher's worker wrapper then skips the interpreter's teardown (1-3 s)
+    sys.exit(code)

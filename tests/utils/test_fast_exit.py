@@ -4,6 +4,7 @@ the exit code), without the interpreter's teardown.
 Run: ``.venv/bin/python -m pytest tests/utils/test_fast_exit.py``
 """
 
+import os
 import subprocess
 import sys
 
@@ -37,3 +38,38 @@ def test_the_cli_exits_with_its_code_and_its_output(tmp_path):
     assert done.returncode == 2 and "unknown subcommand 'no-such-command'" in done.stderr
     done = subprocess.run([sys.executable, "-m", "neural_arch.cli", "env"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip(), done.stderr
+
+
+ASKED = """
+import atexit, sys
+from pathlib import Path
+from neural_arch.utils.fast_exit import exit_when_asked, request_fast_exit
+atexit.register(lambda: Path(sys.argv[1]).write_text("ran"))
+if sys.argv[2] == "ask":
+    request_fast_exit()
+exit_when_asked(5)
+"""
+
+
+def test_exit_when_asked_is_sys_exit_unless_the_script_asked(tmp_path):
+    for mode in ("ask", "no"):
+        mark = tmp_path / mode
+        done = subprocess.run(
+            [sys.executable, "-c", ASKED, str(mark), mode], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 5 and mark.read_text() == "ran", (mode, done.stderr)
+
+
+def test_a_launched_training_run_exits_0_with_its_summary_on_the_console(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "neural_arch.cli", "train", "--config", "configs/tiny.yaml", "--nproc-per-node", "2"]
+        + ["--set", "training.steps=2", f"run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[rank 0]   step time per rank" in done.stdout  # the summary's last line, through the log pump
+    console = (tmp_path / "run" / "logs" / "console" / "rank_0.log").read_text()
+    assert "step time per rank" in console  # the pump drained before the worker left

@@ -184,4 +184,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from neural_arch.utils.fast_exit import exit_when_asked
+
+    exit_when_asked(main())  # after the log pump drained; a script that asked skips teardown (utils/fast_exit.py)
