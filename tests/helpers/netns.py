@@ -8,6 +8,7 @@ Use::
         h1.link_down(); h1.link_up()      # a partition by link state
         h1.drop(True); h1.drop(False)     # a partition by iptables DROP on its veth
         h1.loss(0.05)                     # 5 % of its incoming packets dropped (iptables statistic)
+        [*LAUNCHER, *node_flags(h1, h0, port, 1), script]   # node 1 of a 2-node job hosted at h0
 
 Each host is a namespace of its own with loopback up (each host's own stores and forwarders
 listen there) and one veth ``eth0`` with a private 10.x address; the peer ends sit in a
@@ -111,6 +112,18 @@ class Host:
                 except ProcessLookupError:
                     pass
                 proc.wait(timeout=30)
+
+
+def node_flags(host: Host, master: Host, port: int, rank: int) -> list[str]:
+    """The launcher flags of node ``rank`` (one worker, on ``host``) of a 2-node job hosted at ``master``."""
+    return [
+        "--nproc_per_node=1",
+        "--nnodes=2",
+        f"--node_rank={rank}",
+        f"--master_addr={master.addr}",
+        f"--master_port={port}",
+        f"--local_addr={host.addr}",
+    ]
 
 
 @contextmanager

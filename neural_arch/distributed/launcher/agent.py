@@ -100,6 +100,8 @@ class RobustElasticAgent(LocalElasticAgent):
         # A dynamic rendezvous store is already prefixed per round; the static one is shared
         # by all attempts (whose count all agents agree on, since they restart together).
         key = "neural_arch/attempt" + (f"/{self._attempts}" if handler.get_backend() == "static" else "")
+        if handler.get_backend() == "static" and worker_group.group_world_size > 1:
+            self._await_every_node(worker_group.group_world_size)
         if worker_group.group_rank == 0:
             port = worker_group.master_port
             if handler.use_agent_store:
@@ -129,6 +131,18 @@ class RobustElasticAgent(LocalElasticAgent):
         # Workers inherit the agent's environment: this names the attempt for their keys.
         self._attempt_id = attempt_id(int(count), unique)
         os.environ["NEURAL_ARCH_ATTEMPT"] = self._attempt_id
+
+    def _await_every_node(self, nodes: int) -> None:
+        """Static rendezvous: return once every node's agent has reached this attempt (or raise
+        after the store's timeout, ``--start_timeout``). torch's rank assignment reads each
+        node's record under the same keys every attempt, so on a restart node 0 read the
+        previous attempt's records and started its workers alone: a node cut off by a network
+        partition then lost the job its restarts, its workers failing at init after the
+        collective timeout, before the link was back."""
+        arrived = f"neural_arch/arrived/{self._attempts}"
+        if self._store.add(arrived, 1) == nodes:
+            self._store.set(f"{arrived}/all", "1")
+        self._store.wait([f"{arrived}/all"])
 
     def close_gates(self) -> None:
         """Close the gate or forwarder of the workers' store (the launcher does when the job ends)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.multiproc import free_port
-from tests.helpers.netns import Host, hosts, netns_unavailable
+from tests.helpers.netns import Host, hosts, netns_unavailable, node_flags
 from tests.helpers.paths import SCRIPTS
 from tests.helpers.proc_tree import process_tree
 
@@ -33,12 +33,7 @@ LAUNCHER = [sys.executable, "-m", "neural_arch.distributed.launcher"]
 def launcher(host: Host, master: Host, port: int, rank: int, out: Path, *extra: str, env=None) -> subprocess.Popen:
     cmd = [
         *LAUNCHER,
-        "--nproc_per_node=1",
-        "--nnodes=2",
-        f"--node_rank={rank}",
-        f"--master_addr={master.addr}",
-        f"--master_port={port}",
-        f"--local_addr={host.addr}",
+        *node_flags(host, master, port, rank),
         "--start_timeout=60",
         *extra,
         PROBE,
