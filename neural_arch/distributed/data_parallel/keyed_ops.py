@@ -2,12 +2,11 @@
 
 Used by keyed_random.py's dispatch mode: ``KEYED[func](draws, args, kwargs)`` for a random
 aten op (``is_random``) whose output has the micro-batch's samples first (``out_shape``).
-``draws.uniform(shape, dtype, device, lane)`` gives the keyed uniform values of the op.
+``draws.uniform(shape, dtype, device)`` and ``draws.normal(...)`` give the op's keyed values.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 import torch
@@ -16,15 +15,20 @@ aten = torch.ops.aten
 
 
 class Draws(Protocol):
-    """The keyed uniform values of the random op being replaced."""
+    """The keyed values of the random op being replaced."""
 
-    def uniform(
-        self, shape: Sequence[int], dtype: torch.dtype, device: torch.device, lane: int = 0
-    ) -> torch.Tensor: ...
-
-    def below(self, shape: Sequence[int], p: float, device: torch.device) -> torch.Tensor:
-        """``uniform(shape, float64, device) < p``, computed on the integers (cheaper)."""
+    def uniform(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Uniform [0, 1) values."""
         ...
+
+    def normal(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Standard normal values."""
+        ...
+
+
+def _mask_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Uniforms for a mask: float64 for float64 tensors, else float32 (as torch's own dropout)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _floating(dtype: torch.dtype) -> torch.dtype:
@@ -32,10 +36,7 @@ def _floating(dtype: torch.dtype) -> torch.dtype:
 
 
 def _gaussian(fw: Draws, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Standard normal values by Box-Muller from two keyed uniforms (lanes 0 and 1), in float64."""
-    u1 = fw.uniform(shape, torch.float64, device, lane=0)
-    u2 = fw.uniform(shape, torch.float64, device, lane=1)
-    return (torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos(2.0 * math.pi * u2)).to(dtype)
+    return fw.normal(shape, dtype, device)
 
 
 def _out_kwargs(kwargs: dict[str, Any], like: torch.Tensor) -> tuple[torch.dtype, torch.device]:
@@ -55,7 +56,7 @@ def _inplace(fill: Callable[[Draws, torch.Tensor, tuple, dict], torch.Tensor]) -
 def _bernoulli_fill(fw: Draws, t: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
     p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
     if not isinstance(p, torch.Tensor):
-        return fw.below(t.shape, p, t.device)
+        return fw.uniform(t.shape, _mask_dtype(t.dtype), t.device) < p
     return fw.uniform(t.shape, torch.float64, t.device) < p.double()
 
 
@@ -108,7 +109,7 @@ def _factory(gaussian: bool) -> Callable[..., torch.Tensor]:
 
 def _native_dropout(fw: Draws, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     x, p = args[0], args[1]
-    keep = fw.below(x.shape, p, x.device).logical_not_()
+    keep = fw.uniform(x.shape, _mask_dtype(x.dtype), x.device) >= p
     scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
     return x * keep.to(x.dtype) * scale, keep
 

@@ -12,10 +12,10 @@ processes silently stop giving one process's answer. Inside ``forward`` every ra
 PyTorch (seen at the dispatch level: ``bernoulli_`` behind every dropout, including the one
 inside ``scaled_dot_product_attention`` on the CPU, ``uniform_``, ``normal_``, ``rand_like``,
 ``randn``, ...) whose output has the micro-batch's samples along its first dimension (``[n,
-...]``, or ``[n*k, ...]`` sample-major, as after a ``view(-1, d)``) gets its values from a
-counter-based hash of (run seed, step, the sample's dataset index, the op's call number in
-this forward, the element's index within the sample). Nothing depends on the split, the
-rank, or any RNG state, so a resumed run draws the same values, and activation-checkpoint
+...]``, or ``[n*k, ...]`` sample-major, as after a ``view(-1, d)``) gets each sample's values
+from a generator seeded with a hash of (run seed, step, the sample's dataset index, the op's
+call number in this forward) (keyed_hash.py). Nothing depends on the split, the rank, or the
+process's RNG state, so a resumed run draws the same values, and activation-checkpoint
 recomputation replays them (``recompute_contexts``, given to ``torch.utils.checkpoint``).
 
 A random op that cannot be keyed (no batch dimension first, a user's own generator, a
@@ -36,7 +36,7 @@ from typing import Any, ContextManager, Iterator, Optional, Sequence
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from neural_arch.distributed.data_parallel.keyed_hash import keyed_below, keyed_uniform, sample_key
+from neural_arch.distributed.data_parallel.keyed_hash import keyed_draw, sample_key
 from neural_arch.distributed.data_parallel.keyed_ops import KEYED, draws_anything, is_random, out_shape
 
 _ACTIVE: contextvars.ContextVar[Optional[_Forward]] = contextvars.ContextVar("neural_arch_keyed", default=None)
@@ -58,14 +58,14 @@ class _Forward:
     random_ops: int = 0
     """Random ops seen, keyed or not."""
 
-    def _keys(self, lane: int) -> list[int]:
-        return [sample_key(self.session.seed, self.step, s, self.call, lane) for s in self.samples]
+    def _keys(self) -> list[int]:
+        return [sample_key(self.session.seed, self.step, s, self.call) for s in self.samples]
 
-    def uniform(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device, lane: int = 0) -> torch.Tensor:
-        return keyed_uniform(self._keys(lane), shape, dtype, device)
+    def uniform(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return keyed_draw(self._keys(), shape, dtype, device, _uniform, self.session.generators)
 
-    def below(self, shape: Sequence[int], p: float, device: torch.device) -> torch.Tensor:
-        return keyed_below(self._keys(0), shape, p, device)
+    def normal(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return keyed_draw(self._keys(), shape, dtype, device, _normal, self.session.generators)
 
     def keyable(self, shape: Sequence[int]) -> bool:
         n = len(self.samples)
@@ -97,6 +97,14 @@ class _KeyingMode(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def _uniform(row: torch.Tensor, generator: torch.Generator) -> object:
+    return row.uniform_(generator=generator)
+
+
+def _normal(row: torch.Tensor, generator: torch.Generator) -> object:
+    return row.normal_(generator=generator)
+
+
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 """Tensor types keyed draws can fill (a DTensor's local shard would need its global offsets)."""
 
@@ -116,6 +124,9 @@ class KeyedRandomness:
         self.track = announce
         """Track which module runs each op (the first forward only: the warnings come then)."""
         self.warned: set[tuple[str, str]] = set()
+        self.generators: dict[str, torch.Generator] = {}
+        """One generator per device, re-seeded for every sample's row (no generator is shared with
+        anything else, so keyed draws take nothing from the process's own stream)."""
         self.keyed_ops = 0
         """Random draws keyed so far (tests and the benchmark read it)."""
         self.needed = True
