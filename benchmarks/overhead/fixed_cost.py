@@ -8,7 +8,7 @@ in interleaved rounds; each round times, in this order:
 * ``python -c "import torch"``: the baseline, the least any torch command costs;
 * ``neural-arch train --config tiny --set training.steps=1`` in a fresh run directory, on 1
   process and on 2 (``--nproc-per-node 2``: the launcher and two workers);
-* the same 1-process command again on that finished run: "nothing to do".
+* the same commands again on those finished runs: "nothing to do" (1 and 2 processes).
 
 It prints each command's median seconds and the ratio of medians to the baseline's median
 (and the median of per-round ratios, which is steadier when the machine's load drifts between
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TARGETS = {"train, 1 process": 2.5, "train, 2 processes": 4.0, "nothing to do": 1.5}
+TARGETS = {"train, 1 process": 2.5, "train, 2 processes": 4.0, "nothing to do": 1.5, "nothing to do, 2 proc.": 1.5}
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
 
 
@@ -55,6 +55,7 @@ def one_round(scratch: Path, index: int) -> dict[str, float]:
         "train, 1 process": timed(train(one)),
         "train, 2 processes": timed(train(two, "--nproc-per-node", "2")),
         "nothing to do": timed(train(one)),
+        "nothing to do, 2 proc.": timed(train(two, "--nproc-per-node", "2")),
     }
 
 
