@@ -88,7 +88,10 @@ class Config:
 # ---- range rules of the framework's sections: key path -> (predicate, what is allowed);
 # None values are skipped. The task adds the rules of its model/data sections (Task.SECTIONS.ranges).
 _RANGES: dict[str, RangeRule] = {
-    "optim.lr": ((lambda v: 0 < v <= 1e6), "> 0 and <= 1e6 (larger overflows the weights in the first step)"),
+    "optim.lr": (
+        (lambda v: 0 < v <= 1e100),
+        "> 0 and <= 1e100 (larger overflows the schedule and optimizer arithmetic)",
+    ),
     "run.seed": ((lambda v: 0 <= v < 2**63), "an integer in [0, 2**63) (torch's generators take 64-bit seeds)"),
     "optim.momentum": UNIT,
     "optim.weight_decay": at_least(0),

@@ -97,7 +97,7 @@ def test_non_utf8_and_fifo_configs_are_named(tmp_path):
     "override, expected",
     [
         ("run.seed=100000000000000000000000", "run.seed=100000000000000000000000 is out of range"),
-        ("optim.lr=1e308", "optim.lr=1e+308 is out of range: must be > 0 and <= 1e6"),
+        ("optim.lr=1e308", "optim.lr=1e+308 is out of range: must be > 0 and <= 1e100"),
     ],
 )
 def test_numbers_torch_cannot_take_are_refused(override, expected):
