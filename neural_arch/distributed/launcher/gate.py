@@ -100,8 +100,8 @@ class Gate(_Acceptor):
         conn.settimeout(HANDSHAKE_SECONDS)
         why_not = challenge(conn, self._token)
         if why_not is not None:
+            self._report(peer[0], why_not)  # before the close: the refused node may be watching for it
             conn.close()
-            self._report(peer[0], why_not)
             return
         conn.settimeout(None)  # proven: from here on the store's own timeouts apply
         try:
