@@ -26,8 +26,8 @@ def failed_job_exit(agent: RobustElasticAgent, log_dir: Path, max_restarts: int,
         # 128 + the signal, as the workers exited: a script or scheduler may tell it from a crash.
         name = signal.Signals(agent.stopped_by).name
         print(
-            f"launcher: the workers stopped on {name} as asked (a neural-arch trainer saved a checkpoint "
-            "first); no restart. Run the same command to continue.",
+            f"launcher: the workers stopped on {name} as asked; no restart. A neural-arch trainer says above "
+            "which step it saved; run the same command to continue.",
             file=sys.stderr,
             flush=True,
         )
