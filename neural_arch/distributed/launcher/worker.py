@@ -36,6 +36,7 @@ from neural_arch.distributed.launcher.program import run_executable, run_python
 from neural_arch.distributed.launcher.repeats import ShownTracebacks
 from neural_arch.distributed.launcher.stacks import dump_stacks_on_request
 from neural_arch.utils.file_lock import lock_file
+from neural_arch.utils.safe_files import open_no_follow
 
 LOGPUMP = str(Path(__file__).with_name("logpump.py"))
 
@@ -51,7 +52,7 @@ class OutputTee:
         log_fd = -1
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            log_fd = open_no_follow(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             # A previous attempt's pump may still hold the lock briefly; after 10 s write
             # unlocked rather than not at all.
             lock_file(log_fd, exclusive=True, timeout=10.0)
@@ -164,8 +165,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         report_checkpoints(Path(ns.log_dir), cluster.attempt)
     if log is not None:  # lets the launcher's failure summary find this attempt's lines
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "a") as out:
-            out.write(attempt_header(rank, cluster.attempt, os.getpid()) + "\n")
+        # Not through a symlink: the log's folder may be a run directory someone else prepared.
+        try:
+            header = open_no_follow(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:  # a planted symlink, a folder in its place: one line, no restart (exit 2)
+            print(f"launcher: cannot write rank {rank}'s log {log}: {exc.strerror}; remove it", file=sys.stderr)
+            return 2
+        try:
+            os.write(header, (attempt_header(rank, cluster.attempt, os.getpid()) + "\n").encode())
+        finally:
+            os.close(header)
     tee = OutputTee(f"[rank {rank}] ", log, show)
     stacks = dump_stacks_on_request(log)
     if ns.bind_cpus:  # after the log pump started: it need not share this rank's cores
