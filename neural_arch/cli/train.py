@@ -129,11 +129,15 @@ def check_nproc(nproc: int, where: str, cores: int) -> None:
 def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> Config:
     """The validated config, for ``world_size`` ranks; its task's data must exist, or be asked
     for with inputs the task accepts."""
+    import torch
+
     from neural_arch.training.config import load_config
+    from neural_arch.training.device_check import check_devices
     from neural_arch.training.registry import task_class
     from neural_arch.training.tracking_common import require_packages
 
     cfg = load_config(ns.config, ns.overrides, world_size=world_size)
+    check_devices(cfg, cuda=torch.cuda.is_available())  # before any data is made or worker started
     require_packages(cfg)  # MLflow, W&B: one line now, not an error on rank 0 while the others wait
     task = task_class(cfg.run.task)
     missing = task.data_missing(cfg)
