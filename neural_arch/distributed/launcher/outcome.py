@@ -27,7 +27,7 @@ def failed_job_exit(agent: RobustElasticAgent, log_dir: Path, max_restarts: int,
         name = signal.Signals(agent.stopped_by).name
         print(
             f"launcher: the workers stopped on {name} as asked; no restart. A neural-arch trainer says above "
-            "which step it saved; run the same command to continue.",
+            "which step it saved. Run the same command to continue.",
             file=sys.stderr,
             flush=True,
         )
