@@ -12,6 +12,7 @@ import dataclasses
 import json
 import resource
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -94,6 +95,9 @@ config_bytes = st.one_of(
 )
 
 
+@pytest.mark.timeout(
+    900
+)  # 10,000 inputs: ~110 s on a loaded 2-core machine, over the suite's 180 s default under more load
 def test_any_config_file_is_a_config_or_one_line(tmp_path_factory, capsys):
     path = tmp_path_factory.mktemp("fuzz") / "config.yaml"
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
