@@ -58,7 +58,8 @@ def load_yaml(text: str) -> Any:
         return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError:
         raise
-    except (ValueError, TypeError, OverflowError) as exc:  # a tag PyYAML cannot build: !!float x, !!binary ~
+    except (ValueError, TypeError, OverflowError, AttributeError, KeyError, IndexError) as exc:
+        # a tag PyYAML cannot build: !!float x, !!binary ~, "!!timestamp 2001-12-14\nrun:null" (AttributeError)
         raise ConstructorError(None, None, f"a tagged value that cannot be built ({_short(str(exc))})") from None
 
 

@@ -64,6 +64,7 @@ def test_shared_value_is_shown_without_expanding(tmp_path):
         ("run: &r\n  name: *r\n", "a recursive alias"),
         ("run:\n  name: " + "x" * 20_000 + "\n", "a string of 20000 characters, over the 10000 allowed"),
         ("[" * 3000 + "]" * 3000, "nested too deeply"),
+        (" !!timestamp 2001-12-14\nrun:null", "a tagged value that cannot be built"),  # found by the fuzz test
     ],
 )
 def test_bad_yaml_is_one_line(tmp_path, text, expected):
