@@ -15,9 +15,10 @@ import torch
 
 import neural_arch.distributed as nd
 from neural_arch.distributed.data_parallel.keyed_random import KeyedRandomness
+from neural_arch.distributed.parallel.placement.base import Placement
 from neural_arch.training.builders import build_optimizer, build_scaler, build_scheduler, compile_blocks
 from neural_arch.training.config import Config, config_to_dict
-from neural_arch.training.placement import Placement, place_model
+from neural_arch.training.placement import place_model
 from neural_arch.training.registry import task_class
 from neural_arch.training.rng import capture_rng, restore_rng, seed_rank
 from neural_arch.training.task import Task
@@ -79,7 +80,7 @@ class TrainingComponents:
         """Whether checkpoints hold every rank's own shards (``checkpoint.format``; ``auto``: any
         ``parallel:`` layout) rather than the gathered single-process state."""
         chosen = self.cfg.checkpoint.format
-        return chosen == "sharded" or (chosen == "auto" and self.placement.sharded)
+        return chosen == "sharded" or (chosen == "auto" and self.placement.sharded_by_default)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Checkpoint content (call on every rank: it gathers every rank's RNG state). With

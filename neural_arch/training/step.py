@@ -19,10 +19,10 @@ from typing import Any, ContextManager, Optional
 import torch
 
 import neural_arch.distributed as nd
+from neural_arch.distributed.parallel.placement.base import OwnStep, Placement
 from neural_arch.distributed.parallel.weighting import data_parallel_loss, pad_rows
 from neural_arch.training.builders import autocast_context
 from neural_arch.training.components import TrainingComponents
-from neural_arch.training.placement import Placement
 from neural_arch.training.typed_config import ConfigError
 
 
@@ -35,10 +35,11 @@ def forward_backward(
     inputs = step_inputs(components, batch) if inputs is None else inputs
     components.optimizer.zero_grad(set_to_none=True)
     components.forward_seconds = 0.0
-    if components.placement.pipeline is not None:
+    own = components.placement.own_step
+    if own is not None:
         started = time.perf_counter()
-        with _keyed(components, [], why_not="a pipeline's schedule splits the batch itself"):
-            total = _pipeline_pass(components, batch, inputs[0])
+        with _keyed(components, [], why_not=own.why_unkeyed):
+            total = _own_step(components, own, batch, inputs[0])
         components.forward_seconds = time.perf_counter() - started
         return total
     return _accumulate(components, batch, inputs)
@@ -50,7 +51,7 @@ def optimizer_step(components: TrainingComponents, loss_sum: torch.Tensor) -> No
     placement, scaler = components.placement, components.scaler
     scaler.unscale_(components.optimizer)
     # The gradients were averaged over ranks, so this norm (and the decision below) is the
-    # same on every rank without another collective (a pipeline adds its ranks' parts).
+    # same on every rank without another collective (a pipeline adds its ranks' parts: reduce_norm).
     norm = gradient_norm(placement)  # one read of the gradients (clip_grad_norm_ with inf also rescales)
     if components.cfg.training.grad_clip is not None and torch.isfinite(norm):
         clip_to(
@@ -65,12 +66,13 @@ def optimizer_step(components: TrainingComponents, loss_sum: torch.Tensor) -> No
 
 
 def step_inputs(components: TrainingComponents, batch: nd.IndexBatch) -> list[dict[str, torch.Tensor]]:
-    """This rank's data for one global batch: one padded dict per micro-batch (a pipeline:
-    one dict, which its schedule splits). A pure function of the ids, so it may run ahead."""
+    """This rank's data for one global batch: one padded dict per micro-batch (a layout with its
+    own step, a pipeline: one dict, which its schedule splits). A pure function of the ids, so it
+    may run ahead."""
     cfg, placement = components.cfg, components.placement
     ids = torch.tensor(batch, dtype=torch.long)
     with autocast_context(cfg, components.device):  # as the step itself runs (autocast state is per thread)
-        if placement.pipeline is not None:
+        if placement.own_step is not None:
             return [components.task.batch("train", ids, components.device)]
         return [
             padded(components.task.batch("train", part, components.device), placement.min_rows)
@@ -139,13 +141,15 @@ def check_loss_shape(per_sample: Any, rows: int) -> None:
     )
 
 
-def _pipeline_pass(components: TrainingComponents, batch: nd.IndexBatch, rows: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The pipeline schedule's forwards and backwards over this rank's share; (loss sum, samples)."""
+def _own_step(
+    components: TrainingComponents, own: OwnStep, batch: nd.IndexBatch, rows: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """The layout's own schedule of forwards and backwards over this rank's share; (loss sum, samples)."""
     placement, task = components.placement, components.task
     with autocast_context(components.cfg, components.device):
         inputs, targets = task.split_batch(rows)
         # Micro-batches are the schedule's; each loss is weighted by the global batch (step.py of the library).
-        total = placement.pipeline.step(inputs, targets, batch.global_size)
+        total = own.run(inputs, targets, batch.global_size)
     if not placement.leader:  # pipeline and tensor peers return the same sum: count it once
         return torch.zeros(2, dtype=torch.float64)
     return torch.tensor([total, float(len(batch))], dtype=torch.float64)
@@ -153,12 +157,7 @@ def _pipeline_pass(components: TrainingComponents, batch: nd.IndexBatch, rows: d
 
 def gradient_norm(placement: Placement) -> torch.Tensor:
     """The 2-norm of the whole model's gradient, the same on every rank."""
-    norm = total_norm([q.grad for q in placement.norm_parameters() if q.grad is not None])
-    if placement.pipeline is None:
-        return norm
-    squared = (norm.double() ** 2).reshape(1)  # each pipeline rank holds some stages' gradients
-    torch.distributed.all_reduce(squared, group=placement.pipeline.group)
-    return squared.sqrt()[0].to(norm.dtype)
+    return placement.reduce_norm(total_norm([q.grad for q in placement.norm_parameters() if q.grad is not None]))
 
 
 def padded(batch: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:

@@ -122,7 +122,7 @@ class Trainer:
                     if run.step + 1 < steps:
                         prefetch.start(next_batch(run.sampler))
                     # ---- forward/backward, then the optimizer step: the same update on every rank
-                    with first_step_flops(self.meter, countable=run.placement.pipeline is None):
+                    with first_step_flops(self.meter, countable=run.placement.counts_flops):
                         loss_sum = forward_backward(run, batch, inputs)
                     optimizer_step(run, loss_sum)
                     run.step += 1
@@ -272,10 +272,10 @@ class Trainer:
         """The app's report: on every rank with the placed model where the app can (a sharded
         model is never gathered), else on rank 0 with the whole model (gathered if sharded)."""
         task, placement = self.components.task, self.components.placement
-        if task.REPORT_ON_EVERY_RANK and placement.sharded and placement.pipeline is None:
+        if task.REPORT_ON_EVERY_RANK and placement.report_on_every_rank:
             task.report(self.run_dir, placement.plain, final, throughput)  # collective forwards
             return
-        whole = placement.whole_model(task)  # collective for sharded layouts
+        whole = placement.whole_model(task.build_model)  # collective for sharded layouts
         if nd.get_rank() == 0:
             task.report(self.run_dir, whole, final, throughput)
 

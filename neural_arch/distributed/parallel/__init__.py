@@ -8,6 +8,7 @@ Use (inside an initialised process group; world size = dp_replicate*dp_shard*tp*
     model = parallelize_model(model, layout, mesh, plan)           # pp == 1: TP, then AC, then FSDP
     pipe = build_pipeline(model, layout, mesh, plan, sample_loss, microbatch_size)  # pp > 1
     view, whole = stage_view(pipe.modules), PipelineForward(pipe)  # full names; forward for validation
+    placement = PipelinePlacement(view, whole, ...)  # or Replicated/ShardedPlacement: one interface (placement/)
     loss = data_parallel_loss(per_sample_losses, global_count, dp_size(mesh))
     dcp.save(dcp_savable({"model": model_sd, "optim": optim_sd}), checkpoint_id=path)  # checkpoint_layout.py
 
@@ -34,6 +35,10 @@ _WHERE = {
     **dict.fromkeys(("MESH_DIMS", "build_mesh", "dp_mesh", "dp_rank", "dp_size", "is_dp_leader"), "mesh"),
     **dict.fromkeys(("SCHEDULES", "build_pipeline", "even_split", "local_stages"), "pipeline"),
     **dict.fromkeys(("PipelineForward",), "pipeline_forward"),
+    **dict.fromkeys(("OwnStep", "Placement"), "placement.base"),
+    **dict.fromkeys(("PipelinePlacement",), "placement.pipelined"),
+    **dict.fromkeys(("ReplicatedPlacement",), "placement.replicated"),
+    **dict.fromkeys(("ShardedPlacement",), "placement.sharded"),
     **dict.fromkeys(("ParallelPlan", "StageBuilder", "apply_layout", "check_plan", "parallelize_model"), "plan"),
     **dict.fromkeys(("stage_view",), "stage_view"),
     **dict.fromkeys(("PipelineRunner", "SampleLoss", "TiedParameters"), "step"),
@@ -59,11 +64,16 @@ __all__ = [
     "PP_SCHEDULES",
     "SCHEDULES",
     "FusedColwiseParallel",
+    "OwnStep",
     "ParallelLayout",
     "ParallelPlan",
     "PipelineForward",
+    "PipelinePlacement",
+    "Placement",
     "PipelineRunner",
+    "ReplicatedPlacement",
     "SampleLoss",
+    "ShardedPlacement",
     "StageBuilder",
     "TensorPlan",
     "TiedParameters",

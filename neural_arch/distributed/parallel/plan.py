@@ -24,7 +24,7 @@ from neural_arch.distributed.parallel.tensor import TensorPlan, apply_tensor_par
 
 Materialize = Callable[[nn.Module], None]
 """Gives a module's not yet allocated parameters their values (a deferred build, see
-``neural_arch.training.deferred_init``); called on each part just before it is sharded."""
+``neural_arch.distributed.parallel.deferred_init``); called on each part just before it is sharded."""
 
 StageBuilder = Callable[[nn.Module, range, bool, bool], nn.Module]
 """(full model, block indices, holds the first stage's input part, holds the output part) -> stage module."""

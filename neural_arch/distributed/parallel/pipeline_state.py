@@ -1,9 +1,9 @@
 """Full single-process checkpoint state of a pipeline layout, and loading it back.
 
-Used by placement.py when ``parallel.pp > 1``: ``pipeline_model_state(view, group)`` and
-``pipeline_optimizer_state(...)`` on every rank (rank 0 gets the whole model's state, the
-others an empty dict), ``load_pipeline_state(...)`` on every rank with the full state of a
-run on any layout.
+Used by ``PipelinePlacement`` (``placement/pipelined.py``) when ``parallel.pp > 1``:
+``pipeline_model_state(view, group)`` and ``pipeline_optimizer_state(...)`` on every rank
+(rank 0 gets the whole model's state, the others an empty dict), ``load_pipeline_state(...)``
+on every rank with the full state of a run on any layout.
 
 Each rank holds some stages, seen as one module with the full model's names
 (``stage_view``); DCP's state-dict API gathers their tensors from FSDP/tensor-parallel

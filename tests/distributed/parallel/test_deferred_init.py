@@ -1,6 +1,6 @@
 """A deferred build allocates nothing until materialized, then equals a plain build bit for bit.
 
-Run: ``.venv/bin/python -m pytest tests/training/test_deferred_init.py -q``
+Run: ``.venv/bin/python -m pytest tests/distributed/parallel/test_deferred_init.py -q``
 Each model is built twice from the same seed, plainly and deferred; every tensor must be
 ``torch.equal``, the random stream after the build the same (what is built after it, e.g. data
 order or dropout, is unchanged), and materializing must not move the stream.
@@ -13,7 +13,7 @@ from torch import nn
 from neural_arch.apps.gpt.model import GPT
 from neural_arch.apps.icenet.model import IceNetUNet
 from neural_arch.apps.regression.model import MLP
-from neural_arch.training.deferred_init import build_deferred, deferred
+from neural_arch.distributed.parallel.deferred_init import build_deferred, deferred
 
 
 class Unusual(nn.Module):
