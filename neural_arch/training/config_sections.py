@@ -124,7 +124,7 @@ class LoggingConfig:
     every_steps: int = 10
     """Log metrics every N steps."""
     progress: bool = True
-    """Show a progress bar on rank 0."""
+    """Show progress on rank 0: a bar on a terminal, else (a log, a pipe, the launcher) one plain line every 10 s."""
     tensorboard: bool = True
     """Write TensorBoard event files to run.dir."""
     record_samples: bool = False

@@ -1,4 +1,4 @@
-"""What a user sees of a run: progress bar, per-rank logs, metrics.jsonl, TensorBoard, loss.png.
+"""What a user sees of a run: progress (progress.py), per-rank logs, metrics.jsonl, TensorBoard, loss.png.
 
 Used by trainer.py: ``RunReporter(run_dir, rank, total_steps, ...)``. Rank 0 writes the
 shared outputs; every rank writes ``run_dir/logs/rank_N.log``.
@@ -11,16 +11,16 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from tqdm import tqdm
-
 from neural_arch.training.jsonl import append_row, read_rows
+from neural_arch.training.progress import Progress, open_progress
 from neural_arch.training.tracking import Tracker
 from neural_arch.utils.atomic import commit_file
 from neural_arch.utils.safe_files import open_no_follow
 
 
 class RunReporter:
-    """Per-rank log file; on rank 0 also the progress bar, metrics.jsonl and TensorBoard."""
+    """Per-rank log file; on rank 0 also the progress (a bar on a terminal, plain periodic lines
+    elsewhere: progress.py), metrics.jsonl and TensorBoard."""
 
     def __init__(
         self,
@@ -40,11 +40,11 @@ class RunReporter:
         handler = NoFollowFileHandler(run_dir / "logs" / f"rank_{rank}.log")
         handler.setFormatter(logging.Formatter(f"%(asctime)s [rank {rank}] %(message)s"))
         self.log.addHandler(handler)
-        self.bar: Optional[tqdm] = None
+        self.bar: Optional[Progress] = None
         self.tb: Any = None
         if rank == 0:
             if progress:
-                self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True, mininterval=1.0)
+                self.bar = open_progress(total_steps, start_step)  # stderr: a bar on a terminal, else lines
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -63,11 +63,9 @@ class RunReporter:
                 self.tb.add_scalar(key, value, step)
 
     def progress(self, step: int, loss: float, samples_per_s: float) -> None:
-        """Advance the bar to ``step`` with the current loss and throughput."""
+        """Advance the progress to ``step`` with the current loss and throughput."""
         if self.bar is not None:
-            self.bar.update(step - self.bar.n)
-            if loss == loss:  # not NaN: a loss has been logged
-                self.bar.set_postfix(loss=f"{loss:.4g}", samples_s=f"{samples_per_s:.0f}", refresh=False)
+            self.bar.update(step, loss, samples_per_s)
 
     def end_tracking(self, finished: bool) -> None:
         """MLflow, W&B: a finished run gets the outputs as files and ends; a stopped one is left to resume."""

@@ -7,6 +7,7 @@ The clock is injected: what is printed depends on the steps and the fake time, n
 import io
 
 from neural_arch.training.progress import BarProgress, LineProgress, open_progress
+from neural_arch.training.reporting import RunReporter
 
 
 class FakeClock:
@@ -56,3 +57,16 @@ def test_close_shows_the_last_step_once_and_a_resumed_run_counts_from_its_start(
         "step 61/100 (61%) 10 samples/s elapsed 0:04 left 2:36",
         "step 62/100 (62%) loss 0.25 10 samples/s elapsed 0:08 left 2:32",
     ]
+
+
+def test_the_run_reporter_prints_plain_lines_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    reporter = RunReporter(tmp_path, rank=0, total_steps=50, start_step=0, progress=True, tensorboard=False)
+    for step in range(1, 51):
+        reporter.progress(step, 0.5, 100.0)
+    reporter.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = err.splitlines()
+    assert lines[0].startswith("step 1/50 (2%) loss 0.5 100 samples/s")
+    assert lines[-1].startswith("step 50/50 (100%) loss 0.5")
+    assert len(lines) <= 3  # one line per LINE_INTERVAL_S at most, plus the last step
