@@ -8,6 +8,8 @@ Use::
         h1.link_down(); h1.link_up()      # a partition by link state
         h1.drop(True); h1.drop(False)     # a partition by iptables DROP on its veth
         h1.loss(0.05)                     # 5 % of its incoming packets dropped (iptables statistic)
+        listening_in(h0)                  # [(pid, "10.213.7.1", 29500), ...]: its listening sockets (ss)
+        gate_asks_for_token(h0, h0.addr, 29500)  # whether that port opens with the job token's challenge
         [*LAUNCHER, *node_flags(h1, h0, port, 1), script]   # node 1 of a 2-node job hosted at h0
 
 Each host is a namespace of its own with loopback up (each host's own stores and forwarders
@@ -24,9 +26,11 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Optional, Sequence
@@ -112,6 +116,34 @@ class Host:
                 except ProcessLookupError:
                     pass
                 proc.wait(timeout=30)
+
+
+def listening_in(host: Host) -> list[tuple[int, str, int]]:
+    """Every listening TCP socket in ``host``'s namespace: (pid, address, port), as ``ss -ltnp`` lists them."""
+    table = subprocess.run(
+        ["ip", "netns", "exec", host.netns, "ss", "-Hltnp"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    found = []
+    for line in table.splitlines():
+        addr, _, port = line.split()[3].rpartition(":")
+        found += [(int(pid), addr.strip("[]"), int(port)) for pid in re.findall(r"pid=(\d+)", line)]
+    return found
+
+
+def gate_asks_for_token(client: Host, addr: str, port: int) -> bool:
+    """Whether what listens at ``addr:port``, connected to from inside ``client``, opens with the
+    job token's challenge (launcher/gate.py)."""
+    probe = (
+        "import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); "
+        "print(s.recv(64)[:24].decode(errors='replace'))"
+    )
+    got = subprocess.run(
+        ["ip", "netns", "exec", client.netns, sys.executable, "-c", probe, addr, str(port)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return got.stdout.startswith("neural_arch job token")
 
 
 def node_flags(host: Host, master: Host, port: int, rank: int) -> list[str]:

@@ -8,7 +8,6 @@ Run (as root): ``.venv/bin/python -m pytest tests/distributed/launcher/test_netn
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.multiproc import free_port
-from tests.helpers.netns import Host, hosts, netns_unavailable, node_flags
+from tests.helpers.netns import Host, gate_asks_for_token, hosts, listening_in, netns_unavailable, node_flags
 from tests.helpers.paths import SCRIPTS
 from tests.helpers.proc_tree import process_tree
 
@@ -59,21 +58,6 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> No
         time.sleep(0.2)
 
 
-def gate_asks_for_token(addr: str, port: int, netns: str) -> bool:
-    """Whether what listens at ``addr:port`` (inside ``netns``) opens with the token handshake."""
-    probe = (
-        "import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); "
-        "print(s.recv(64)[:24].decode(errors='replace'))"
-    )
-    got = subprocess.run(
-        ["ip", "netns", "exec", netns, sys.executable, "-c", probe, addr, str(port)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return got.stdout.startswith("neural_arch job token")
-
-
 RENDEZVOUS = {
     "static": [],
     "c10d": ["--rdzv_backend=c10d"],
@@ -93,7 +77,7 @@ def test_a_tokenless_node_is_refused_by_the_host_and_a_node_with_the_token_joins
         host_extra = [*extra, f"--job-token-file={token_file}"] + (["--rdzv_conf=is_host=1"] if "c10d" in rdzv else [])
         first = launcher(h0, h0, port, 0, tmp_path, *host_extra)
         # Probes come from the host itself, so that every refusal naming h1 is the intruder's.
-        wait_for(lambda: gate_asks_for_token(h0.addr, port, h0.netns), first, 60, "gate on the host")
+        wait_for(lambda: gate_asks_for_token(h0, h0.addr, port), first, 60, "gate on the host")
         # The intruder: a launcher with no token at all (nothing in its command line or environment).
         gives_up = ["--start_timeout=15"] + (["--rdzv_conf=read_timeout=15"] if "c10d" in rdzv else [])
         intruder = launcher(h1, h0, port, 1, tmp_path, *extra, *gives_up)
@@ -103,12 +87,13 @@ def test_a_tokenless_node_is_refused_by_the_host_and_a_node_with_the_token_joins
         assert len(refused) == 1, output(first)
         assert f"refused a node at {h1.addr} (port {port}):" in refused[0] and "it gets no rank" in refused[0]
         # The host's launcher listens only on its own address and loopback; what it exposes
-        # beyond loopback opens with the token handshake.
-        tree = process_tree(first.pid) if rdzv == "static" else set()  # c10d: not yet checked (see the report)
+        # beyond loopback opens with the token handshake (a running job's sockets, workers and
+        # all, are checked in test_netns_partition.py).
+        tree = process_tree(first.pid)
         sockets = [s for s in listening_in(h0) if s[0] in tree]
         assert not [s for s in sockets if s[1] in ("0.0.0.0", "*", "[::]", "::")], sockets
         public = [(pid, addr, p) for pid, addr, p in sockets if addr == h0.addr and pid in _launchers(tree)]
-        assert (public or not tree) and all(gate_asks_for_token(addr, p, h0.netns) for _, addr, p in public), sockets
+        assert public and all(gate_asks_for_token(h0, addr, p) for _, addr, p in public), sockets
         # A node with the token (from the environment this time) joins, and the job runs.
         second = launcher(h1, h0, port, 1, tmp_path, *extra, env={"NEURAL_ARCH_JOB_TOKEN": "s3cret-token"})
         assert second.wait(timeout=240) == 0, output(second)
@@ -116,19 +101,6 @@ def test_a_tokenless_node_is_refused_by_the_host_and_a_node_with_the_token_joins
         seen = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank_*.json"))]
         assert len(seen) == 2, seen
         print(f"{rdzv}: refused in one line on the host: {refused[0]}")
-
-
-def listening_in(host: Host) -> list[tuple[int, str, int]]:
-    """Every listening TCP socket in ``host``'s namespace: (pid, address, port), as ``ss`` lists them."""
-    table = subprocess.run(
-        ["ip", "netns", "exec", host.netns, "ss", "-Hltnp"], capture_output=True, text=True, timeout=30, check=True
-    ).stdout
-    found = []
-    for line in table.splitlines():
-        local = line.split()[3]
-        addr, _, port = local.rpartition(":")
-        found += [(int(pid), addr.strip("[]"), int(port)) for pid in re.findall(r"pid=(\d+)", line)]
-    return found
 
 
 def _launchers(tree: set[int]) -> set[int]:
