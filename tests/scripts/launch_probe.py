@@ -5,7 +5,7 @@ OUT_DIR/rank_<RANK>_attempt_<TORCHELASTIC_RESTART_COUNT>.json. MODE adds a fault
 ``kill1`` (rank 1 SIGKILLs itself on the first attempt), ``hang1`` (rank 1 sleeps forever
 before the collective), ``stop1`` (rank 1 SIGSTOPs itself), ``fail1`` (rank 1 raises on every attempt),
 ``torn1`` (rank 1 leaves a cut-off elastic error file and exits 1 on the first attempt, as if
-SIGTERMed mid-write), ``ok``.
+SIGTERMed mid-write), ``keyerror1`` (rank 1 raises KeyError in ``lookup`` on every attempt), ``ok``.
 """
 
 import json
@@ -25,6 +25,11 @@ from neural_arch.distributed import (
     init_process_group,
 )
 
+
+def lookup(table, key):
+    return table[key]  # keyerror1: the user's line the failure summary names
+
+
 out_dir, mode = sys.argv[1], sys.argv[2]
 init_process_group()
 rank, world = get_rank(), get_world_size()
@@ -40,6 +45,8 @@ if mode == "torn1" and rank == 1 and attempt == "0":
     with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
         f.write('{"message": {"message": "RuntimeError: cut o')
     os._exit(1)
+if mode == "keyerror1" and rank == 1:
+    lookup({"lr": 0.1}, "learning_rate")
 if mode == "fail1" and rank == 1:
     raise RuntimeError("rank 1 cannot continue: simulated bug")
 total = all_reduce(torch.tensor([float(rank)])).item()

@@ -21,9 +21,12 @@ this subclass changes these things, each for a restart that otherwise fails:
    launcher (SLURM's time-limit warning) is passed on to the workers. Nor after an exit
    with code 2 (a usage or configuration error, e.g. a run directory another job holds).
 5. **No restart that cannot help**: when a rank fails with the same Python exception at
-   the same place as in the previous attempt, and no checkpoint was saved in between, the
-   remaining restarts are dropped (``restart_policy.py``; single-node jobs only, since the
-   agents of other nodes could not learn of it and would wait in the next rendezvous).
+   the same place as in the previous attempt, or every rank does on the first attempt, and
+   no checkpoint was saved in between, the remaining restarts are dropped
+   (``restart_policy.py``; single-node jobs only, since the agents of other nodes could not
+   learn of it and would wait in the next rendezvous). A restart it does make is announced
+   in one line: who failed first and how, the others' collateral errors, the next attempt
+   (``blame.restart_notice``).
 6. **A stopped worker does not delay the end**: once a worker fails, the others are sent
    SIGCONT before torch's SIGTERM, which a SIGSTOPped process would hold for torch's 30 s
    grace period (``stopping.py``).
@@ -40,6 +43,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import sys
 import time
 import uuid
 from datetime import timedelta
@@ -50,13 +55,15 @@ import torch.distributed as dist
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
+from neural_arch.distributed.launcher.blame import restart_notice
 from neural_arch.distributed.launcher.gate import Forwarder, Gate, forwarded
 from neural_arch.distributed.launcher.job_token import JobToken
 from neural_arch.distributed.launcher.listen import LOOPBACK, serving_store
-from neural_arch.distributed.launcher.log_format import attempt_id, progress_marker
+from neural_arch.distributed.launcher.log_format import attempt_id, progress_marker, saved_step
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import (
     STOP_SIGNALS,
+    failed_alike,
     repeated_failure,
     stopped_on_request,
     usage_error,
@@ -204,7 +211,19 @@ class RobustElasticAgent(LocalElasticAgent):
                     )
                 )
             self._apply_restart_policy()
+            if self._remaining_restarts > 0:
+                self._announce_restart()
         return result
+
+    def _announce_restart(self) -> None:
+        """One line on the launcher's stderr for an attempt that failed and will be restarted."""
+        records = [r for r in self.failure_history if r.attempt == self._attempts - 1]
+        saved = None
+        if self._log_dir is not None:
+            saved = saved_step(progress_marker(self._log_dir, self._attempt_id))
+        attempts = self._worker_group.spec.max_restarts + 1
+        line = restart_notice(records, socket.gethostname(), saved, self._attempts + 1, attempts)
+        print(line, file=sys.stderr, flush=True)
 
     def _set_aside_torn_error_files(self) -> bool:
         """Rename every error file of this attempt that is not valid JSON to ``*.torn``; returns
@@ -243,7 +262,9 @@ class RobustElasticAgent(LocalElasticAgent):
             return
         assert self._log_dir is not None  # _stop_repeated requires it
         progressed = progress_marker(self._log_dir, self._attempt_id).exists()
-        reason = repeated_failure(self.failure_history, self._attempts - 1, progressed)
+        reason = repeated_failure(self.failure_history, self._attempts - 1, progressed) or failed_alike(
+            self.failure_history, self._attempts - 1, self._worker_group.spec.local_world_size, progressed
+        )
         if reason is not None:
             self.gave_up = reason
             self._remaining_restarts = 0  # torch's run loop then stops the group and reports failure

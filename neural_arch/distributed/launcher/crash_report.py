@@ -6,7 +6,10 @@ that raises.
 
 1. The traceback, without the launcher's frames (``user_traceback.py``), goes to stderr
    (the rank's log and, prefixed ``[rank N]``, the console). On a restart, a traceback the
-   console already showed is one line naming where (``repeats.py``).
+   console already showed is one line naming where (``repeats.py``). The traceback of an
+   error caused by another rank (a peer's closed connection, a collective timeout:
+   ``restart_policy.PEER_ERRORS``) goes to the rank's log only: the launcher's line names
+   the rank that failed first, and this one in a clause (``blame.py``).
 2. A collective timeout adds a one-line diagnosis: which rank did not arrive
    (``runtime/heartbeat.py``).
 3. The same traceback is written to torch elastic's error file, which the launcher's restart
@@ -22,7 +25,9 @@ import sys
 import time
 from typing import Optional
 
+from neural_arch.distributed.launcher.logpump import LOG_ONLY
 from neural_arch.distributed.launcher.repeats import ShownTracebacks
+from neural_arch.distributed.launcher.restart_policy import is_peer_error
 from neural_arch.distributed.launcher.user_traceback import user_traceback
 from neural_arch.distributed.runtime.calls import CollectiveFailed
 from neural_arch.distributed.runtime.heartbeat import describe_stragglers
@@ -34,7 +39,10 @@ def report_failure(exc: BaseException, shown: Optional[ShownTracebacks]) -> None
     is on the console (None: always print the whole traceback)."""
     text = user_traceback(exc)
     earlier = shown.repeat_of(text) if shown is not None else None
-    if earlier is None:
+    if is_peer_error(f"{type(exc).__name__}: {exc}"):  # another rank's failure: its log only
+        sys.stderr.write("".join(LOG_ONLY.decode() + line for line in text.splitlines(keepends=True)))
+        sys.stderr.flush()
+    elif earlier is None:
         sys.stderr.write(text)
         sys.stderr.flush()
         if shown is not None:
@@ -69,7 +77,8 @@ def write_error_file(exc: BaseException, text: str, path: str) -> None:
     data = {
         "message": {
             "message": f"{type(exc).__name__}: {exc}",
-            "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time()))},
+            # failed_at: to the millisecond, for the summary's "first to fail" (torch reads timestamp as an int)
+            "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time())), "failed_at": f"{time.time():.3f}"},
         }
     }
     partial = path + ".partial"

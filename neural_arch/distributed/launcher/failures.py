@@ -13,30 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
+from neural_arch.distributed.launcher.blame import alike, causes, exception_line, how, is_collateral
 from neural_arch.distributed.launcher.log_format import attempt_lines, log_path
 from neural_arch.distributed.launcher.records import FailureRecord
-from neural_arch.distributed.launcher.restart_policy import is_peer_error, recorded_traceback
+from neural_arch.distributed.launcher.restart_policy import peer_marker, recorded_traceback
 
 STACK_FRAMES = 4
 """Innermost frames of a stopped rank's stack shown in the summary (the whole dump is in its log)."""
 
 TAIL_LINES = 12
-
-
-def _blame(record: FailureRecord) -> int:
-    """How likely a failure started the trouble (lower first). Timestamps cannot decide: a
-    signal death is stamped when the agent notices it (whole seconds), after the peer that
-    already failed because of it wrote its own error file."""
-    if record.stopped_by_launcher:
-        return 3
-    stack = recorded_traceback(record.message).strip()
-    if stack:  # it raised (perhaps SIGTERMed afterwards, while leaving): judge the exception
-        return 2 if is_peer_error(stack.splitlines()[-1]) else 1
-    if record.signal == "SIGTERM":
-        return 3  # the launcher stopping the group
-    if record.signal is not None:
-        return 0  # killed from outside or crashed (SIGKILL, SIGSEGV, SIGABRT, ...)
-    return 2 if is_peer_error(str(record.message)) else 1
 
 
 def describe(record: FailureRecord) -> str:
@@ -84,21 +69,31 @@ def format_failure_summary(
     show_log_path: bool = True,
     gave_up: Optional[str] = None,
 ) -> str:
-    """Multi-line summary of every attempt's failures; the first attempt's most likely
-    cause (see ``_blame``) is named the root cause. ``gave_up``: why restarts stopped early."""
+    """Multi-line summary of every attempt's failures; the first attempt's first cause (see
+    ``blame.py``) is named the root cause. ``gave_up``: why restarts stopped early."""
     if not records:
         return "neural_arch launcher: the job failed, but no worker failure was recorded."
-    ordered = sorted(records, key=lambda r: (r.attempt, _blame(r), r.timestamp))
+    ordered = [r for a in sorted({r.attempt for r in records}) for r in causes([r for r in records if r.attempt == a])]
     attempts = ordered[-1].attempt + 1
     out = [f"neural_arch launcher: job failed after {attempts} attempt(s) (max_restarts={max_restarts})."]
     if gave_up:
         out.append(f"  not restarted again: {gave_up}.")
-    out.append(f"  root cause: attempt {ordered[0].attempt}, {describe(ordered[0])}")
+    out.append(_root_cause(ordered))
     out.extend(_others(ordered))
     out.extend(_evidence(ordered, log_dir, show_log_path))
     if log_dir is not None and show_log_path:
         out.append(f"  every rank's whole output: {Path(log_dir) / 'rank_N.log'}")
     return "\n".join(out)
+
+
+def _root_cause(ordered: Sequence[FailureRecord]) -> str:
+    """The first attempt's first cause; every rank at once when they all raised the same error alike."""
+    first = ordered[0]
+    same = [r for r in ordered if r.attempt == first.attempt]
+    head = f"  root cause: attempt {first.attempt}"
+    if alike(same) and not is_collateral(first):
+        return f"{head}, every rank alike ({who([(r.rank, r.attempt) for r in same])}): {how(first)}"
+    return f"{head}, rank {first.rank} (local rank {first.local_rank}, pid {first.pid}): {how(first)}"
 
 
 def usage_error_line(records: Sequence[FailureRecord], log_dir: Optional[Path]) -> Optional[str]:
@@ -136,7 +131,11 @@ def _others(ordered: Sequence[FailureRecord]) -> list[str]:
             and first_of_attempt[record.attempt] is not record
             and not recorded_traceback(record.message)
         )
-        label = "stopped by the launcher" if collateral else "also failed"
+        raised = exception_line(record)
+        if raised and is_collateral(record):
+            label = f"failed as a consequence ({raised.split(':', 1)[0]}: {peer_marker(raised)})"
+        else:
+            label = "stopped by the launcher" if collateral else "also failed"
         groups.setdefault((label, record.rank, record.local_rank, _how(record)), []).append(record.attempt)
     return [
         f"  {label}: {who([(rank, a) for a in found])} (local rank {local}): {how}"
@@ -148,7 +147,14 @@ def _evidence(ordered: Sequence[FailureRecord], log_dir: Optional[Path], show_lo
     """Each distinct traceback or output tail once, headed by every (rank, attempt) that showed it."""
     blocks: dict[tuple[str, ...], tuple[str, list[tuple[int, int]]]] = {}
     silent: list[tuple[int, int]] = []
+    consequences: dict[str, list[tuple[int, int]]] = {}
     for record in ordered:
+        raised = exception_line(record)
+        if raised and is_collateral(record) and record is not ordered[0]:  # an effect: one line, not its traceback
+            consequences.setdefault(f"{raised.split(':', 1)[0]}: {peer_marker(raised)}", []).append(
+                (record.rank, record.attempt)
+            )
+            continue
         lines, source = _last_lines(record, log_dir, show_log_path)
         if not lines:
             silent.append((record.rank, record.attempt))
@@ -160,6 +166,13 @@ def _evidence(ordered: Sequence[FailureRecord], log_dir: Optional[Path], show_lo
         out.extend(f"    | {line}" for line in lines)
     if silent:
         out.append(f"  {who(silent)}: printed nothing before it died.")
+    where = (
+        f"in {Path(log_dir) / 'rank_N.log'}"
+        if log_dir is not None and show_log_path
+        else "in each rank's log, kept with --log-dir"
+    )
+    for error, pairs in consequences.items():
+        out.append(f"  {who(pairs)}: {error}, a consequence of the failure above (traceback {where})")
     for record in ordered:
         frames = _stopped_at(record, log_dir)
         if frames:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Optional
 
 from neural_arch.utils.file_lock import lock_file
 
@@ -34,6 +35,17 @@ def progress_marker(log_dir: Path, attempt: str) -> Path:
     """The file a worker of attempt ``attempt`` (NEURAL_ARCH_ATTEMPT) creates once it has
     saved a checkpoint: the launcher's restart policy reads it as progress."""
     return Path(log_dir) / "progress" / f"attempt_{attempt}"
+
+
+def saved_step(marker: Path) -> Optional[str]:
+    """``step 100``: the last checkpoint an attempt saved, from its progress marker (which holds
+    the checkpoint's name, ``step_00000100``); None when it saved none."""
+    try:
+        name = marker.read_text().strip()
+    except OSError:
+        return None
+    found = re.fullmatch(r"step_0*(\d+)", name)
+    return f"step {found[1]}" if found else (name or "a checkpoint")
 
 
 def clear_progress_markers(log_dir: Path) -> None:

@@ -40,6 +40,11 @@ def pump(prefix: bytes, log_fd: int, show: bool) -> None:
         _emit([pending], prefix, log, show)
 
 
+LOG_ONLY = b"\x00neural_arch:log-only\x00"
+"""A line starting with this goes to the log file only, without it (crash_report.py: a traceback
+that is another rank's effect stays off the console; worker.py imports this file by path)."""
+
+
 def _final(line: bytes) -> bytes:
     # "\r 10%|...\r 20%|..." is one line redrawn in place; only its last state matters.
     return line.rstrip(b"\r").rsplit(b"\r", 1)[-1]
@@ -47,9 +52,10 @@ def _final(line: bytes) -> bytes:
 
 def _emit(lines: list[bytes], prefix: bytes, log: object, show: bool) -> None:
     if log is not None:
-        log.write(b"".join(_final(line) + b"\n" for line in lines))  # type: ignore[attr-defined]
+        log.write(b"".join(_final(line.replace(LOG_ONLY, b"", 1)) + b"\n" for line in lines))  # type: ignore[attr-defined]
     if show:
-        _write(b"".join((b"\r" if b"\r" in line else b"") + prefix + _final(line) + b"\n" for line in lines))
+        shown = [line for line in lines if not line.startswith(LOG_ONLY)]
+        _write(b"".join((b"\r" if b"\r" in line else b"") + prefix + _final(line) + b"\n" for line in shown))
 
 
 def _write(data: bytes) -> None:

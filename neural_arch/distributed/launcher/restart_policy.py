@@ -1,9 +1,10 @@
-"""When restarting a failed group cannot help: the same rank failing the same way twice.
+"""When restarting a failed group cannot help: one rank failing the same way twice, or every rank alike.
 
 Used by the agent (``agent.py``) after every failed attempt::
 
     reason = repeated_failure(failure_history, attempt, progressed=False)
     # None: restart as usual; else one line saying why restarting again is pointless
+    reason = failed_alike(failure_history, attempt, world=2, progressed=False)  # the first attempt
 
 The rule. Restarts are for failures a restart can fix: a signal (killed, OOM-killed,
 preempted), a lost peer or a hang (the rank dies of a timeout or a broken connection,
@@ -13,7 +14,9 @@ every attempt (torchrun's default is 0 restarts for this reason; ours keeps rest
 and stops this case instead). So the launcher stops at once when a rank fails with a
 Python exception whose *signature* (exception type, and the file, line and function of
 every frame) equals that rank's failure in the previous attempt, and the later attempt
-saved no new checkpoint.
+saved no new checkpoint; and, on the FIRST attempt, when every rank of a job of two or more
+raised the same exception at the same place (``failed_alike``: independent processes
+agreeing is the evidence; errors of the outside world, ``OUTSIDE_ERRORS``, are retried).
 
 Why this proxy: the launcher cannot see training steps. A checkpoint is the progress it
 can see: ``save_checkpoint``/``save_sharded`` tell the worker wrapper, which leaves a
@@ -23,26 +26,30 @@ neural_arch is judged by the traceback alone: an identical failure twice in a ro
 
 from __future__ import annotations
 
-import re
 import signal
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from neural_arch.distributed.launcher.frames import parse_frames, place
 from neural_arch.distributed.launcher.records import FailureRecord
 
 PEER_ERRORS = (
     "connection reset by peer",
     "connection closed by peer",
+    "peer closed",
+    "closed by remote peer",
     "connectfullmesh",
     "timed out",
     "timeout",
     "broken pipe",
     "connection refused",
     "did not arrive",
+    "nccl communicator was aborted",
+    "remote process exited",
+    "failed to recv, got 0 bytes",
 )
-"""Text of errors a rank raises because a PEER died or stalled: effects, not causes."""
-
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+"""Text of errors a rank raises because a PEER died or stalled (gloo, NCCL, the store, our
+collectives' own timeout): effects, not causes."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +62,8 @@ class Signature:
     """(file, line, function) of every frame, outermost first (chained exceptions included)."""
 
     def where(self) -> str:
-        """``train.py:12 in step``: the innermost frame."""
-        file, line, func = self.frames[-1] if self.frames else ("?", 0, "?")
-        return f"{file.rsplit('/', 1)[-1]}:{line} in {func}"
+        """``train.py:12 in step``: the user's innermost frame, and the library's beside it (frames.py)."""
+        return place(self.frames)
 
 
 def recorded_traceback(message: object) -> str:
@@ -69,8 +75,13 @@ def recorded_traceback(message: object) -> str:
 
 def is_peer_error(text: str) -> bool:
     """Whether ``text`` reads like the effect of another rank's failure."""
+    return peer_marker(text) is not None
+
+
+def peer_marker(text: str) -> Optional[str]:
+    """The ``PEER_ERRORS`` entry ``text`` contains (``connection reset by peer``), or None."""
     lowered = text.lower()
-    return any(marker in lowered for marker in PEER_ERRORS)
+    return next((marker for marker in PEER_ERRORS if marker in lowered), None)
 
 
 def signature(record: FailureRecord) -> Optional[Signature]:
@@ -84,8 +95,7 @@ def signature(record: FailureRecord) -> Optional[Signature]:
     last = lines[-1]
     if is_peer_error(last):
         return None
-    frames = tuple((m["file"], int(m["line"]), m["func"]) for m in map(_FRAME.match, lines) if m)
-    return Signature(exception=last.split(":", 1)[0].strip(), frames=frames)
+    return Signature(exception=last.split(":", 1)[0].strip(), frames=tuple(parse_frames(stack)))
 
 
 def repeated_failure(history: Sequence[FailureRecord], attempt: int, progressed: bool) -> Optional[str]:
@@ -103,6 +113,46 @@ def repeated_failure(history: Sequence[FailureRecord], attempt: int, progressed:
     return (
         f"{who} failed with the same {sig.exception} at {sig.where()} on attempts {attempt - 1} and {attempt} "
         "without saving a new checkpoint, so another restart would fail the same way; fix it and run again"
+    )
+
+
+OUTSIDE_ERRORS = frozenset(
+    (
+        "OSError",
+        "IOError",
+        "ConnectionError",
+        "ConnectionResetError",
+        "ConnectionRefusedError",
+        "ConnectionAbortedError",
+        "BrokenPipeError",
+        "TimeoutError",
+        "InterruptedError",
+        "BlockingIOError",
+    )
+)
+"""Exceptions from the world outside the program (a file system, a network) that may recover:
+retried even when every rank raised them alike."""
+
+
+def failed_alike(history: Sequence[FailureRecord], attempt: int, world: int, progressed: bool) -> Optional[str]:
+    """Why restarting after the FIRST attempt cannot help, or None. The rule: when every one of
+    the job's ``world`` ranks (two or more) raised the same exception at the same place (type
+    and every frame; not a peer's effect, not an ``OUTSIDE_ERRORS`` one) and the attempt saved
+    no checkpoint, independent processes agreeing is the evidence of a deterministic bug, and
+    the job stops without a restart. One process failing once is retried (then
+    ``repeated_failure`` stops a second identical failure)."""
+    if attempt != 0 or progressed or world < 2:
+        return None
+    found = {r.rank: signature(r) for r in history if r.attempt == attempt}
+    sigs = set(found.values())
+    if len(found) < world or len(sigs) != 1:
+        return None
+    sig = sigs.pop()
+    if sig is None or sig.exception.rsplit(".", 1)[-1] in OUTSIDE_ERRORS:
+        return None
+    return (
+        f"all {world} ranks failed with the same {sig.exception} at {sig.where()} on the first attempt, "
+        "so a restart would fail the same way; fix it and run again"
     )
 
 

@@ -134,11 +134,13 @@ def report_checkpoints(log_dir: Path, attempt: str) -> None:
     knows a repeated failure came after progress and restarts (restart_policy.py)."""
     marker = progress_marker(log_dir, attempt)
 
-    def touch(_saved: Path) -> None:
+    def mark(saved: Path) -> None:  # its name (step_00000100): the launcher's restart line quotes it
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
+        partial = marker.with_name(f"{marker.name}.{os.getpid()}")  # every rank writes: each its own, then a rename
+        partial.write_text(saved.name)
+        os.replace(partial, marker)
 
-    on_checkpoint_saved(touch)
+    on_checkpoint_saved(mark)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

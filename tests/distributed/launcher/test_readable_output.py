@@ -21,8 +21,12 @@ from neural_arch.distributed.launcher.torch_logs import torch_elastic_logs
 from neural_arch.distributed.launcher.user_traceback import user_traceback
 from tests.helpers.cli import launch
 
-BUG = "import os\nsettings = {}\nprint('starting', flush=True)\nvalue = settings['missing']\n"
-"""A deterministic bug: KeyError at line 4, on every rank and every attempt."""
+BUG = (
+    "import os\nsettings = {} if os.environ['RANK'] == '1' else {'missing': 0}\n"
+    "print('starting', flush=True)\nvalue = settings['missing']\n"
+)
+"""A deterministic bug: KeyError at line 4, on rank 1 on every attempt (on every rank at once, the
+first attempt would not be restarted: restart_policy.failed_alike)."""
 HEADER = "Traceback (most recent call last):"
 KEY_ERROR = re.compile(r"^(\[rank \d+\] |\s+\| )?KeyError: 'missing'$", re.M)
 TORCH_LOG_LINE = re.compile(r"^[EW]\d{4} ", re.M)

@@ -58,11 +58,10 @@ def test_identical_failure_stops_after_two_attempts_with_one_traceback(tmp_path)
     assert proc.returncode == 1, proc.stderr
     text = summary(proc)
     assert text.startswith("neural_arch launcher: job failed after 2 attempt(s) (max_restarts=3).")
-    assert (
-        "not restarted again: rank 1 failed with the same RuntimeError at bug.py:11 in train_step on attempts 0 and 1"
-        in text
-    )
-    assert text.count(BUG) == 1 and "rank 1, attempts 0-1 (traceback):" in text, text
+    where = f"{tmp_path / 'bug.py'}:11 in train_step"  # the user's file as given, and its line
+    assert f"not restarted again: rank 1 failed with the same RuntimeError at {where} on attempts 0 and 1" in text
+    assert "root cause: attempt 0, rank 1 (local rank 1, pid " in text and f"raised {BUG} at {where}\n" in text
+    assert text.count(f"| {BUG}") == 1 and "rank 1, attempts 0-1 (traceback):" in text, text
     assert "rank 1 attempt 2" not in proc.stdout
 
 
@@ -73,7 +72,7 @@ def test_identical_failure_after_a_new_checkpoint_is_restarted(tmp_path):
     text = summary(proc)
     assert text.startswith("neural_arch launcher: job failed after 3 attempt(s) (max_restarts=2).")
     assert "not restarted again" not in text
-    assert text.count(BUG) == 1 and "rank 1, attempts 0-2 (traceback):" in text, text
+    assert text.count(f"| {BUG}") == 1 and "rank 1, attempts 0-2 (traceback):" in text, text
 
 
 def record(rank: int, attempt: int, stack: str, signal=None) -> FailureRecord:
@@ -95,7 +94,7 @@ STACK = 'Traceback (most recent call last):\n  File "/x/train.py", line {line}, 
 
 def test_policy_restarts_what_a_restart_can_fix():
     same = [record(1, a, STACK.format(line=7, error="ValueError: bad")) for a in (0, 1)]
-    assert "rank 1 failed with the same ValueError at train.py:7 in step" in repeated_failure(same, 1, progressed=False)
+    assert "rank 1 failed with the same ValueError at /x/train.py:7 in step" in repeated_failure(same, 1, False)
     assert repeated_failure(same, 1, progressed=True) is None  # a checkpoint in between: progress
     # Stopped with SIGTERM by the launcher while leaving, after it had raised: still the same bug.
     stopped = [record(1, a, STACK.format(line=7, error="ValueError: bad"), signal="SIGTERM") for a in (0, 1)]
@@ -117,7 +116,7 @@ def test_summary_prints_identical_tracebacks_once():
     stack = STACK.format(line=7, error="ValueError: bad")
     records = [record(rank, attempt, stack) for attempt in (0, 1) for rank in (0, 1)]
     text = format_failure_summary(records, None, 3, gave_up="rank 0 failed with the same ValueError")
-    assert text.count("ValueError: bad") == 1
+    assert text.count("| ValueError: bad") == 1  # the traceback once (the root cause line names the error)
     assert "  ranks 0 and 1, attempts 0-1 (traceback):" in text
     assert "  not restarted again: rank 0 failed with the same ValueError." in text
     assert text.count("also failed") == 2  # one line per rank, not one per attempt

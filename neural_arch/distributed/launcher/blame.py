@@ -1,0 +1,112 @@
+"""Which failure of an attempt is its cause, which ones are only its effects, and where it happened.
+
+Used by the failure summary (``failures.py``) and the agent's one-line restart notice::
+
+    causes(records)          # the attempt's failures, the root cause first
+    is_collateral(record)    # True: an effect of another rank's failure
+    where(record)            # "train.py:12 in step (in torch/nn/functional.py:3104 in mse_loss)"
+    restart_notice(records, "vm", "step 100", next_attempt=2, attempts=4)   # one line
+
+The rules. A rank that raised because a peer died or stalled (gloo's "Connection reset by
+peer" or "Connection closed by peer", a broken pipe, NCCL's aborted communicator, a
+collective timeout: ``restart_policy.PEER_ERRORS``) is *collateral*, and so is a rank the
+launcher stopped (SIGTERM, or SIGKILL after a crash) before it failed on its own. Every
+other failure is a *cause*: a fatal signal from outside (SIGKILL, SIGSEGV, the OOM killer),
+an exception of the program's own, a non-zero exit. The root cause is the cause that
+happened first, by the time the worker recorded its exception (``crash_report.py``, to the
+millisecond) or, for a signal, when the launcher noticed the death; with no cause at all
+(every rank lost its connection), the first collateral failure is named as such.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from neural_arch.distributed.launcher.frames import parse_frames, place
+from neural_arch.distributed.launcher.records import FailureRecord
+from neural_arch.distributed.launcher.restart_policy import is_peer_error, peer_marker, recorded_traceback, signature
+
+
+def exception_line(record: FailureRecord) -> str:
+    """The last line of the recorded traceback (``KeyError: 'lr'``), '' without one."""
+    lines = [line for line in recorded_traceback(record.message).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def failure_time(record: FailureRecord) -> float:
+    """When the rank failed: the worker's own stamp of its exception, else when the agent noticed."""
+    if isinstance(record.message, dict):
+        stamp = record.message.get("extraInfo", {}).get("failed_at")
+        try:
+            return float(stamp)
+        except (TypeError, ValueError):
+            pass
+    return float(record.timestamp)
+
+
+def is_collateral(record: FailureRecord) -> bool:
+    """Whether the failure is an effect of another rank's (see the module docstring)."""
+    last = exception_line(record)
+    if last:  # it raised (perhaps stopped afterwards, while leaving): judge the exception
+        return is_peer_error(last)
+    return record.stopped_by_launcher or record.signal == "SIGTERM" or is_peer_error(str(record.message))
+
+
+def causes(records: Sequence[FailureRecord]) -> list[FailureRecord]:
+    """``records`` ordered: causes first by time, then collateral failures by time (rank breaks ties)."""
+    return sorted(records, key=lambda r: (is_collateral(r), failure_time(r), r.rank))
+
+
+def alike(records: Sequence[FailureRecord]) -> bool:
+    """Whether every one of ``records`` (two or more) raised the same exception at the same place."""
+    found = {signature(r) for r in records}
+    return len(records) > 1 and len(found) == 1 and None not in found
+
+
+def where(record: FailureRecord) -> Optional[str]:
+    """Where the recorded exception happened, the user's frame first (``frames.place``); None without one."""
+    frames = parse_frames(recorded_traceback(record.message))
+    return place(frames) if frames else None
+
+
+def how(record: FailureRecord) -> str:
+    """``killed by signal SIGKILL``, ``exited with code 3``, or ``raised KeyError: 'lr' at a.py:6 in f``."""
+    if record.signal and not exception_line(record):
+        return f"killed by signal {record.signal}"
+    last = exception_line(record)
+    if last:
+        place = where(record)
+        return f"raised {_clip(last)} at {place}" if place else f"raised {_clip(last)}"
+    return f"exited with code {record.exitcode}"
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def collateral_line(records: Sequence[FailureRecord]) -> str:
+    """``rank 0 failed as a consequence (RuntimeError: connection reset by peer)``; '' if none raised."""
+    raised = [r for r in records if is_collateral(r) and exception_line(r)]
+    if not raised:
+        return ""
+    ranks = sorted({r.rank for r in raised})
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+    last = exception_line(raised[0])
+    return f"{who} failed as a consequence ({last.split(':', 1)[0]}: {peer_marker(last)})"
+
+
+def restart_notice(
+    records: Sequence[FailureRecord], host: str, saved: Optional[str], next_attempt: int, attempts: int
+) -> str:
+    """The launcher's one line for a failed attempt it restarts: the root cause (rank, host, pid,
+    signal, exit code or exception and where), the others' failures in one clause, the last
+    checkpoint the attempt saved (``saved``, if any), and which attempt comes next."""
+    ordered = causes(records)
+    first = ordered[0]
+    parts = [f"rank {first.rank} (host {host}, pid {first.pid}) {how(first)}"]
+    others = collateral_line(ordered[1:])
+    if others:
+        parts.append(others)
+    if saved:
+        parts.append(f"last checkpoint saved: {saved}")
+    return f"neural_arch launcher: {'; '.join(parts)}. Restarting the group: attempt {next_attempt} of {attempts}."
