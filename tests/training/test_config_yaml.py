@@ -94,6 +94,12 @@ def test_non_utf8_and_fifo_configs_are_named(tmp_path):
     assert "is not a regular file (a FIFO)" in refused(fifo)
 
 
+def test_a_config_over_1_mib_is_refused_before_it_is_parsed(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("run:\n  name: x\n" + "#" * (1 << 20) + "\n")  # a comment: valid YAML, just too long
+    assert refused(big) == f"cannot read config file '{big}': has 1048592 bytes, more than the 1048576 allowed"
+
+
 @pytest.mark.parametrize(
     "override, expected",
     [

@@ -21,6 +21,7 @@ from neural_arch.training.jsonl import append_row, read_rows
 from neural_arch.training.reporting import plot_losses
 from neural_arch.training.sample_log import append_samples, forget_samples_after
 from neural_arch.training.trainer import train
+from neural_arch.utils.atomic import commit_file
 
 REAL_SAVE = torch.save
 
@@ -72,6 +73,16 @@ def test_torn_sample_log_line_is_skipped(tmp_path):
         f.write('{"step": 2, "ids": [')
     forget_samples_after(tmp_path, 1)
     assert read_rows(tmp_path / "logs" / "samples_rank_0.jsonl") == [{"step": 1, "ids": [4, 5]}]
+
+
+@pytest.mark.parametrize("name", ["summary.json", "summary.txt", "loss.png"])
+def test_a_summary_file_that_meets_a_full_disk_keeps_its_old_bytes(tmp_path, name):
+    # The trainer and plot_losses write these three through commit_file.
+    path = tmp_path / name
+    path.write_bytes(b"the previous run's")
+    with pytest.raises(OSError, match="No space left"):
+        commit_file(path, lambda f: FillsUp(f, 5).write(b"x" * 100))
+    assert path.read_bytes() == b"the previous run's" and [p.name for p in tmp_path.iterdir()] == [name]
 
 
 @pytest.mark.timeout(120)

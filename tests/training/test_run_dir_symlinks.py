@@ -6,6 +6,7 @@ Each case links one file of the run directory to a file outside it; the trainer'
 must refuse the link and leave the outside file's bytes as they were.
 """
 
+import os
 import stat
 
 import pytest
@@ -33,6 +34,21 @@ def test_lock_file_symlink_is_refused_not_truncated(victim):
         RunDirLock.acquire(run)
     assert "\n" not in str(raised.value)
     assert outside.read_text() == "do not touch\n"
+
+
+def test_the_run_dir_keeps_the_umask_and_only_the_lock_file_is_private(tmp_path):
+    # docs/security.md: the lock holds a command line (0600); the run directory holds
+    # checkpoints and metrics, no secret, so it is made as the user's umask says.
+    old = os.umask(0o022)
+    try:
+        lock = RunDirLock.acquire(tmp_path / "new" / "run")
+    finally:
+        os.umask(old)
+    try:
+        assert stat.S_IMODE((tmp_path / "new" / "run").stat().st_mode) == 0o755
+        assert stat.S_IMODE((tmp_path / "new" / "run" / ".lock").stat().st_mode) == 0o600
+    finally:
+        lock.release()
 
 
 def test_lock_file_is_private(tmp_path):

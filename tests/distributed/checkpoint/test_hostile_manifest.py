@@ -82,6 +82,17 @@ def test_manifest_itself_must_be_a_regular_file(tmp_path):
 
 
 @pytest.mark.timeout(30)
+def test_a_manifest_over_64_mib_is_refused_unread(tmp_path):
+    save_checkpoint(tmp_path, 1, {"w": torch.ones(2)})
+    save_checkpoint(tmp_path, 2, {"w": torch.zeros(2)})
+    with open(tmp_path / "step_00000002" / "manifest.json", "r+b") as manifest:
+        manifest.truncate((64 << 20) + 1)  # sparse: no disk used, and nothing of it is read
+    with pytest.warns(RuntimeWarning, match="manifest.json is unreadable: .*67108865 bytes, more than the 67108864"):
+        info, _ = load_checkpoint(tmp_path)
+    assert info.step == 1
+
+
+@pytest.mark.timeout(30)
 def test_dcp_metadata_naming_a_file_outside_is_refused(tmp_path):
     target = tmp_path / "sharded"
     save_sharded(target, {"w": torch.ones(2)})

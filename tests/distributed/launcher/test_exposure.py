@@ -130,6 +130,29 @@ def test_train_job_listens_on_loopback_only_and_stops_within_10_s_of_sigterm(tmp
             proc.kill()
 
 
+STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('stubborn', flush=True)\n"
+STUBBORN += "time.sleep(120)\n"
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_ignores_sigterm_is_sigkilled_after_the_shutdown_timeout(tmp_path):
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    cmd = LAUNCHER + ["--nproc_per_node=1", "--max_restarts=0", "--shutdown-timeout=2", str(script)]
+    proc, out = start(cmd, tmp_path)
+    try:
+        wait_for_text(out, ["stubborn"], proc)
+        tree = job_tree(proc, 1)
+        proc.send_signal(signal.SIGTERM)
+        took = wait_gone(tree, GONE_WITHIN)
+        assert proc.wait(timeout=5) == 128 + signal.SIGTERM, out.read_text()
+        assert took >= 2, f"gone {took:.2f} s after SIGTERM: before the shutdown timeout"
+        print(f"the worker that ignored SIGTERM was gone {took:.2f} s after it (--shutdown-timeout=2)")
+    finally:
+        for pid in alive(process_tree(proc.pid)) if proc.poll() is None else ():
+            os.kill(pid, signal.SIGKILL)
+
+
 def lan_address() -> str:
     """This machine's address on its default route (no packet is sent), else 127.0.0.1."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:

@@ -23,6 +23,8 @@ pytestmark = pytest.mark.multiprocess  # launches ranks
 def test_the_stopped_rank_is_named_with_its_stack_and_the_job_restarts(tmp_path):
     run, logs = tmp_path / "run", tmp_path / "logs"
     args = [*BASE, "--set", f"run.dir={run}", "training.steps=6", "training.timeout=10"]
+    (logs / "progress").mkdir(parents=True)
+    (logs / "progress" / "attempt_1-an-earlier-job").touch()  # a killed launcher's restart marker
     proc = launch(
         "--nproc_per_node=2", "--max_restarts=1", f"--log_dir={logs}", str(SCRIPTS / "train_stop_in_ddp.py"), *args
     )
@@ -31,6 +33,7 @@ def test_the_stopped_rank_is_named_with_its_stack_and_the_job_restarts(tmp_path)
     assert "did not arrive: rank 1" in out, out
     rank1 = (logs / "rank_1.log").read_text()
     assert "most recent call first" in rank1 and "train_stop_in_ddp.py" in rank1, rank1[-3000:]
+    assert not (logs / "progress").exists()  # markers, the earlier job's and this one's, removed
 
 
 @pytest.mark.timeout(180)

@@ -6,14 +6,18 @@ Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_job_token.py -
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+import stat
 import threading
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
+import neural_arch
 from neural_arch.distributed.env import ClusterEnv
 from neural_arch.distributed.launcher.gate import Forwarder, Gate
 from neural_arch.distributed.launcher.job_token import (
@@ -161,3 +165,32 @@ def test_a_node_with_a_token_refuses_a_host_without_one():
     with pytest.raises(ForeignJobError) as refused:
         Forwarder(LOOPBACK, store.port, TOKEN, deadline_s=5)
     assert "asks for no job token" in str(refused.value)
+
+
+def test_the_token_never_crosses_the_network_and_only_the_hmac_reads_it():
+    # docs/security.md: "The token never crosses the network and is stored nowhere (no store
+    # key holds it or a digest of it)": all a node sends is nonces and an HMAC of them, and the
+    # token's text is read in one place, the HMAC's key (so no code can write it to a store).
+    verdict, sent = _handshake(TOKEN, TOKEN)
+    assert verdict is None
+    digest = hashlib.sha256(b"job-a")
+    assert not [s for s in (b"job-a", digest.digest(), digest.hexdigest().encode()) if s in sent]
+    package = Path(neural_arch.__file__).parent
+    readers = [
+        f"{path.relative_to(package)}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        for line in path.read_text().splitlines()
+        if ".value" in line and "token" in line
+    ]
+    assert readers == [
+        "distributed/launcher/job_token.py: "
+        "return hmac.new(token.value.encode(), role + host_nonce + node_nonce, hashlib.sha256).digest()"
+    ]
+
+
+def test_a_command_line_is_readable_by_every_user_and_the_environment_by_its_owner_only():
+    # Why docs/security.md keeps the token out of the command line: --job-token shows in
+    # /proc/PID/cmdline to every user; NEURAL_ARCH_JOB_TOKEN sits in /proc/PID/environ (0400).
+    proc = Path(f"/proc/{os.getpid()}")
+    assert stat.S_IMODE((proc / "cmdline").stat().st_mode) == 0o444
+    assert stat.S_IMODE((proc / "environ").stat().st_mode) == 0o400

@@ -14,7 +14,13 @@ import pytest
 import torch.distributed as dist
 
 from neural_arch.distributed.launcher import DistributedLauncher, LaunchConfig
-from neural_arch.distributed.launcher.listen import loopback_interface, rendezvous_store, serving_store
+from neural_arch.distributed.launcher.listen import (
+    LOOPBACK,
+    _listener_or_wildcard,
+    loopback_interface,
+    rendezvous_store,
+    serving_store,
+)
 from tests.helpers.proc_tree import listening
 
 TIMEOUT = timedelta(seconds=10)
@@ -63,3 +69,31 @@ def test_one_node_workers_are_told_to_use_loopback_unless_the_user_chose(monkeyp
     assert one_node["NCCL_SOCKET_IFNAME"] == "ib0"  # the user's choice stands
     two_nodes = DistributedLauncher(LaunchConfig(nnodes=2, master_port=29400))._worker_environment()
     assert "GLOO_SOCKET_IFNAME" not in two_nodes and "NCCL_SOCKET_IFNAME" not in two_nodes
+
+
+def test_torch_alone_listens_on_every_interface_whatever_host_it_is_given():
+    # Why listen.py binds the socket itself (docs/security.md, "One node").
+    store = dist.TCPStore(LOOPBACK, 0, None, True, TIMEOUT, wait_for_workers=False)
+    assert [addr for _, addr, port in listening({os.getpid()}) if port == store.port] in (["::"], ["0.0.0.0"])
+
+
+def test_a_store_address_that_is_not_this_machines_falls_back_to_every_interface_with_one_note(capfd):
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: bind fails at once, nothing is sent.
+    assert _listener_or_wildcard("192.0.2.1", 0) is None
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert lines == [
+        "launcher: note: 192.0.2.1 is not an address of this machine, so the store on port (free) listens on all "
+        "interfaces; pass --master-addr/--local-addr naming this machine to avoid that."
+    ]
+
+
+def test_a_one_node_job_has_no_token_so_its_loopback_stores_admit_any_local_client():
+    # docs/security.md: "Loopback still admits every local user of the machine, and the stores
+    # have no authentication". A job token is for nodes joining; one node checks none.
+    assert DistributedLauncher(LaunchConfig(nproc_per_node=2, job_token="secret"))._job_token() is None
+    store = serving_store(LOOPBACK, 0, TIMEOUT)
+    stranger = dist.TCPStore(LOOPBACK, store.port, None, False, TIMEOUT)  # any process of any user
+    store.set("rendezvous-key", "job's")
+    assert stranger.get("rendezvous-key") == b"job's"
+    stranger.set("rendezvous-key", "rewritten")
+    assert store.get("rendezvous-key") == b"rewritten"

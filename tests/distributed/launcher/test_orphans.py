@@ -5,7 +5,8 @@ in test_exposure.py.
 Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_orphans.py -q``
 
 Each case has three real processes: this test, a "launcher" stand-in, and its "worker",
-which calls ``die_with_parent(launcher pid)`` and would otherwise sleep for a minute.
+which calls ``die_with_parent(launcher pid)`` and would otherwise sleep for a minute; the
+thread case takes the path used elsewhere than Linux (no prctl: a thread checks the parent).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ pytestmark = pytest.mark.multiprocess
 
 WORKER = textwrap.dedent("""
     import sys, time
-    from neural_arch.distributed.launcher.lifeline import die_with_parent
-    die_with_parent(int(sys.argv[1]))
+    from neural_arch.distributed.launcher import lifeline
+    if sys.argv[2] == "thread-after-arming":  # as elsewhere than Linux: no prctl, a thread checks
+        lifeline._PRCTL = None
+    lifeline.die_with_parent(int(sys.argv[1]))
     print("armed", flush=True)
     time.sleep(60)
 """)
@@ -32,7 +35,7 @@ LAUNCHER = textwrap.dedent("""
     import os, subprocess, sys, time
     at_once = sys.argv[2] == "exit-at-once"
     # At once: the worker's output goes nowhere, so a closed pipe cannot be what ends it.
-    worker = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(os.getpid())],
+    worker = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(os.getpid()), sys.argv[2]],
                               stdout=subprocess.DEVNULL if at_once else subprocess.PIPE, text=True)
     print(worker.pid, flush=True)
     if at_once:  # gone while the worker still imports torch (seconds)
@@ -44,12 +47,12 @@ LAUNCHER = textwrap.dedent("""
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("how", ["exit-at-once", "sigkill-after-arming"])
+@pytest.mark.parametrize("how", ["exit-at-once", "sigkill-after-arming", "thread-after-arming"])
 def test_worker_dies_with_its_launcher(how):
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, WORKER, how], stdout=subprocess.PIPE, text=True)
     try:
         worker = int(launcher.stdout.readline())
-        if how == "sigkill-after-arming":
+        if how != "exit-at-once":
             assert launcher.stdout.readline() == "armed\n"
             launcher.kill()
         launcher.wait(timeout=10)
@@ -57,6 +60,8 @@ def test_worker_dies_with_its_launcher(how):
         while alive({worker}):  # exit-at-once: it must notice at start-up; else the kernel kills it
             assert time.monotonic() - start < 20, f"worker {worker} outlived its launcher ({how})"
             time.sleep(0.05)
+        if how == "thread-after-arming":  # the thread checks the parent once a second
+            assert time.monotonic() - start < 3, f"the watching thread took {time.monotonic() - start:.1f} s"
     finally:
         if launcher.poll() is None:
             launcher.kill()
