@@ -2,15 +2,15 @@
 
 Run (as root): ``.venv/bin/python -m pytest tests/distributed/launcher/test_netns_partition.py -q``
 
-Three jobs run at once, each on a pair of namespace hosts of its own (its own addresses,
-host names and rendezvous port), so that the suite pays for one partition, not three:
-the static rendezvous cut by link down, the static rendezvous cut by iptables DROP, and the
-c10d rendezvous cut by link down. Each job: two launchers, one rank each, one restart
-allowed, training the tiny float64 MLP, held after step 6 (checkpoint at 4). While they are
-held, every listening socket in each job's namespaces is listed (``ss -ltnp``): each is on
-loopback or on that host's own address, none on all interfaces, and the rendezvous store
-is on the host's address (docs/security.md, "Several nodes"). Then the link of the host of
-rank 1 is cut and the ranks are let go into step 7's collectives. Each job must:
+Four jobs run at once, each on a pair of namespace hosts of its own (its own addresses,
+host names and rendezvous port), so that the suite pays for one partition, not four
+(``VARIANTS``): the static and the c10d rendezvous, each cut once by link down and once by
+iptables DROP, two of them with a job token (gated stores) and two without. Each job: two
+launchers, one rank each, one restart allowed, training the tiny float64 MLP, held after
+step 6 (checkpoint at 4). While they are held, every listening socket in each job's
+namespaces is listed (``ss -ltnp``) and checked against docs/security.md
+(``check_listeners``). Then the link of the host of rank 1 is cut and the ranks are let go
+into step 7's collectives. Each job must:
 
 - name the silent rank and its host within ``training.timeout + 5`` s, by the job's own
   clock: the line says how long ago the rank was last heard (``silent for N s``, the
@@ -19,7 +19,8 @@ rank 1 is cut and the ranks are let go into step 7's collectives. Each job must:
   whatever the test's own process was doing (a loaded machine delays the test's polling,
   not the job's timestamps);
 - wait for the link instead of wedging or giving up (the agents' store reads wait up to
-  ``--start_timeout``; at every static restart node 0's agent waits for node 1's:
+  ``--start_timeout``, c10d's up to ``--rdzv_conf read_timeout``, whose default of 60 s would
+  end the job during the cut; at every static restart node 0's agent waits for node 1's:
   agent.py's ``_await_every_node``), restart once it is back, resume from step 4 and end
   with the weights of an uninterrupted 1-process run (atol 1e-10: only the summation
   order differs). How long after the link's return the job resumes is TCP's: a request
