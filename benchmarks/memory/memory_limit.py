@@ -52,8 +52,9 @@ def train_args(args: argparse.Namespace, run_dir: Path, corpus: Path) -> list[st
         "training.global_batch_size=4",
         "training.val_batches=1",
         "training.report=false",  # memory of training and saving; a sharded report's samples take long
-        f"checkpoint.every_steps={args.steps}",
-        "checkpoint.async_save=false",  # its copy of the state is memory this limit does not have
+        f"checkpoint.every_steps={max(args.steps // 2, 1)}",  # a save mid-run and one at the end
+        # checkpoint.async_save stays at its default (true): where a rank has no room for the
+        # staging copy, the save is synchronous (staging_room.py) instead of an OOM kill
         "optim.name=adamw",
         "logging.progress=false",
         "logging.tensorboard=false",

@@ -16,8 +16,11 @@ save is in flight: the next ``save`` waits for the last, and so must anything th
 step on disk (recording its metric, stopping, the end of the run). ``background=False`` saves
 synchronously, as ``save_checkpoint``.
 
-The copy costs as much memory as the state it copies; the trainer's ``checkpoint.async_save``
-turns this off where memory, not time, is short.
+The copy costs as much memory as the state it copies. Before copying, every rank checks that
+its copy fits beside training at its peak (``staging_room.py``: the memory cgroup's limit,
+``MemAvailable``, CUDA's free memory); where any rank's does not, every rank saves that step
+synchronously (no copy: nothing the synchronous save would survive is killed) and rank 0 says
+so in one line, once. The trainer's ``checkpoint.async_save: false`` turns copies off for good.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from neural_arch.distributed.checkpoint.progress import checkpoint_saved
 from neural_arch.distributed.checkpoint.rank0 import on_rank0
 from neural_arch.distributed.checkpoint.replicated import commit_checkpoint, save_checkpoint
 from neural_arch.distributed.checkpoint.shards import SHARDS
+from neural_arch.distributed.checkpoint.staging_room import StagingRoom, copy_bytes
 from neural_arch.distributed.runtime.collectives import all_gather_object
 from neural_arch.distributed.runtime.gloo_threads import batch_gloo_io_threads
 from neural_arch.distributed.runtime.process_group import get_rank
@@ -45,8 +49,11 @@ from neural_arch.utils.atomic import make_tmp_dir, remove
 class CheckpointWriter:
     """Saves checkpoints, in a background thread when ``background`` (at most one in flight)."""
 
-    def __init__(self, background: bool) -> None:
+    def __init__(self, background: bool, room: Optional[StagingRoom] = None) -> None:
         self.background = background
+        self.room = room if room is not None else StagingRoom()
+        self.noted = False
+        """Whether rank 0 has said that a save fell back to synchronous (said once per run)."""
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[str] = None
         self._group: Optional[dist.ProcessGroup] = None
@@ -65,6 +72,9 @@ class CheckpointWriter:
             save_checkpoint(directory, step, state, keep_last=keep_last, shards=shards)
             return
         self.wait()
+        if self._no_room(step, state, shards):
+            save_checkpoint(directory, step, state, keep_last=keep_last, shards=shards)
+            return
         where, rank = Path(directory), get_rank()
         failed = f"could not write checkpoint step {step} to {where}"
         staging = None
@@ -104,6 +114,23 @@ class CheckpointWriter:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    def _no_room(self, step: int, state: dict[str, Any], shards: Optional[dict[str, Any]]) -> bool:
+        """Whether some rank's copy would not fit (a collective: every rank gets the same answer)."""
+        host, device = copy_bytes(shards)
+        if get_rank() == 0:
+            host, device = host + copy_bytes(state)[0], device + copy_bytes(state)[1]
+        reasons = all_gather_object(self.room.shortfall(host, device))
+        short = [(rank, why) for rank, why in enumerate(reasons) if why is not None]
+        if short and get_rank() == 0 and not self.noted:
+            rank, why = short[0]
+            print(
+                f"note: checkpoint step {step} saved synchronously (training waited for the write): on rank {rank} "
+                f"{why}; later saves do the same while memory is short (checkpoint.async_save)",
+                flush=True,
+            )
+            self.noted = True
+        return bool(short)
 
     def _write(
         self,
