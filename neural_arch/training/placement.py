@@ -53,7 +53,7 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
             raise ConfigError(str(exc)) from None
         par.parallelize_model(model, layout, mesh, plan, materialize)
         model.to(device)  # what no plan placed (e.g. buffers); the sharded parameters are there already
-        return par.ShardedPlacement(model, model, **where)
+        return par.ShardedPlacement(model, model, **where, gather_for_eval=layout.gather_for_eval)
     from neural_arch.distributed.parallel.pipeline_state import parameter_indices
 
     indices = parameter_indices(model)  # before the stages replace parameters by shards

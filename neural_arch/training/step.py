@@ -230,14 +230,15 @@ def evaluate(components: TrainingComponents) -> dict[str, float]:
     )
     placement.model.eval()
     sums = None
-    for batch in sampler:
-        with autocast_context(cfg, components.device):
-            ids = torch.tensor(batch, dtype=torch.long)
-            part = task.eval_sums(
-                placement.plain, padded(task.batch("val", ids, components.device), placement.min_rows)
-            )
-        if not placement.leader or len(ids) == 0:
-            part = torch.zeros_like(part)  # a padding row or a tensor peer's copy of the leader's sums
-        sums = part if sums is None else sums + part
+    with placement.evaluation():  # FSDP: gathered once for all batches, where it fits
+        for batch in sampler:
+            with autocast_context(cfg, components.device):
+                ids = torch.tensor(batch, dtype=torch.long)
+                part = task.eval_sums(
+                    placement.plain, padded(task.batch("val", ids, components.device), placement.min_rows)
+                )
+            if not placement.leader or len(ids) == 0:
+                part = torch.zeros_like(part)  # a padding row or a tensor peer's copy of the leader's sums
+            sums = part if sums is None else sums + part
     placement.model.train()
     return task.finalize(nd.all_reduce(sums, check=False))

@@ -269,11 +269,11 @@ class Trainer:
         return final
 
     def _task_report(self, final: dict[str, float], throughput: dict[str, float]) -> None:
-        """The app's report: on every rank with the placed model where the app can (a sharded
-        model is never gathered), else on rank 0 with the whole model (gathered if sharded)."""
+        """The app's report: on every rank with the placed model where the app can, else on rank 0."""
         task, placement = self.components.task, self.components.placement
         if task.REPORT_ON_EVERY_RANK and placement.report_on_every_rank:
-            task.report(self.run_dir, placement.plain, final, throughput)  # collective forwards
+            with placement.evaluation():  # collective forwards, FSDP gathered once where it fits
+                task.report(self.run_dir, placement.plain, final, throughput)
             return
         whole = placement.whole_model(task.build_model)  # collective for sharded layouts
         if nd.get_rank() == 0:

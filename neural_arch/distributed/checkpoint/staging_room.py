@@ -42,22 +42,25 @@ class StagingRoom:
     proc: Path = Path("/proc")
     cgroup: Path = Path("/sys/fs/cgroup")
 
-    def shortfall(self, need: int, device_need: int = 0) -> Optional[str]:
-        """None when ``need`` host bytes (and ``device_need`` CUDA bytes) fit, else why not."""
-        room = self.host_room()
+    def shortfall(self, need: int, device_need: int = 0, held_through_training: bool = True) -> Optional[str]:
+        """None when ``need`` host bytes (and ``device_need`` CUDA bytes) fit, else why not.
+        ``held_through_training=False``: held only while training waits (evaluation), so the
+        growth back to training's peak is not counted."""
+        room = self.host_room(held_through_training)
         if room is not None and need * (1 + MARGIN) + SLACK > room:
             return _short(need, room, "host")
-        device_room = _cuda_room() if device_need else None
+        device_room = _cuda_room(held_through_training) if device_need else None
         if device_room is not None and device_need * (1 + MARGIN) > device_room:
             return _short(device_need, device_room, "device")
         return None
 
-    def host_room(self) -> Optional[int]:
-        """Bytes of host memory this process can still take at its peak; None if nothing limits it."""
+    def host_room(self, held_through_training: bool = True) -> Optional[int]:
+        """Bytes of host memory this process can still take (at its peak, where the bytes are held
+        through training); None if nothing limits it."""
         limits = [x for x in (self._mem_available(), self._cgroup_room()) if x is not None]
         if not limits:
             return None
-        return min(limits) - self._growth_to_peak()
+        return min(limits) - (self._growth_to_peak() if held_through_training else 0)
 
     def _mem_available(self) -> Optional[int]:
         fields = _fields(self.proc / "meminfo")
@@ -123,11 +126,12 @@ def _short(need: int, room: int, where: str) -> str:
     )
 
 
-def _cuda_room() -> Optional[int]:
+def _cuda_room(held_through_training: bool) -> Optional[int]:
     if not torch.cuda.is_available():
         return None
     free, _ = torch.cuda.mem_get_info()
-    return free - (torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated())
+    growth = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated() if held_through_training else 0
+    return free - growth
 
 
 def _fields(path: Path) -> dict[str, int]:

@@ -60,6 +60,9 @@ class ParallelLayout:
     """FSDP dtype of the gradient reduction; None: the parameters' dtype."""
     reshard_after_forward: bool = True
     """FSDP frees the gathered parameters after each forward (ZeRO-3); False keeps them to backward."""
+    gather_for_eval: bool = True
+    """FSDP gathers the model once for a whole validation and report (not per batch or per generated
+    token) where every rank has the memory for it (else per forward, with one note); False: always per forward."""
     cpu_offload: bool = False
     """CUDA runs: FSDP keeps the sharded parameters, gradients and optimizer state in host memory
     (FSDP2's ``CPUOffloadPolicy``; the optimizer steps on the CPU). Needs dp_shard or dp_replicate > 1."""

@@ -9,6 +9,7 @@ Checkpoints always hold the *full* model and optimizer state in the single-proce
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,11 @@ class Placement(ABC):
 
         set_model_state_dict(self.plain, loaded["model"])
         set_optimizer_state_dict(self.plain, optimizer, loaded["optim"])
+
+    def evaluation(self) -> ContextManager[None]:
+        """Around many no-gradient forwards (validation, the report), on every rank: the layout may
+        hold its model ready for them (and says once, on rank 0, where it could not)."""
+        return contextlib.nullcontext()
 
     def compression_state(self) -> Optional[dict[str, Any]]:
         """The gradient-compression state (PowerSGD's error feedback of every rank) for the checkpoint;

@@ -9,9 +9,10 @@ state (from any layout) back into the shards on every rank.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, ContextManager
+from typing import Any, Callable, ClassVar, ContextManager, Iterator
 
 import torch
 from torch import nn
@@ -25,6 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from neural_arch.distributed.parallel.checkpoint_layout import dcp_restore, dcp_savable, gather_into
 from neural_arch.distributed.parallel.fsdp import without_gradient_sync
+from neural_arch.distributed.parallel.gathered_eval import gathered_for_evaluation
 from neural_arch.distributed.parallel.placement.base import Placement
 from neural_arch.distributed.runtime.process_group import get_rank
 
@@ -35,6 +37,19 @@ class ShardedPlacement(Placement):
 
     sharded_by_default: ClassVar[bool] = True
     report_on_every_rank: ClassVar[bool] = True
+    gather_for_eval: bool = True
+    """``parallel.gather_for_eval``: gather FSDP's parameters once per evaluation (``evaluation``)."""
+    noted: bool = False
+    """Whether rank 0 has said that an evaluation stayed sharded (said once per run)."""
+
+    @contextlib.contextmanager
+    def evaluation(self) -> Iterator[None]:
+        """FSDP gathered once for the whole evaluation where every rank has the room (gathered_eval.py)."""
+        with gathered_for_evaluation(self.plain, enabled=self.gather_for_eval) as note:
+            if note is not None and not self.noted and get_rank() == 0:
+                print(f"note: {note} (parallel.gather_for_eval)", flush=True)
+            self.noted = self.noted or note is not None
+            yield
 
     def no_sync(self) -> ContextManager[Any]:
         """FSDP's reduce-scatter skipped (``without_gradient_sync``) until the last micro-batch."""
