@@ -44,10 +44,9 @@ def gathered_for_evaluation(
     host, device = _gathered_bytes(model)
     why = (room or StagingRoom()).shortfall(host, device, held_through_training=False)
     reasons = all_gather_object(why)  # every rank gathers (a collective) or none does
-    short = [(rank, why) for rank, why in enumerate(reasons) if why is not None]
+    short = [(rank, reason) for rank, reason in enumerate(reasons) if reason is not None]
     if short:
-        rank, why = short[0]
-        yield f"the model stays sharded during evaluation (gathered per forward): on rank {rank} {why}"
+        yield f"the model stays sharded during evaluation (gathered per forward): on rank {short[0][0]} {short[0][1]}"
         return
     before = [_reshards_after_forward(m) for m in modules]
     for module in modules:
