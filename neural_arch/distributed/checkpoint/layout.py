@@ -60,28 +60,31 @@ def step_name(step: int) -> str:
     return f"step_{step:08d}"
 
 
-def write_manifest(step_dir: Path, step: int, metric: Optional[float]) -> None:
+def write_manifest(step_dir: Path, step: int, metric: Optional[float], keep_last: Optional[int] = None) -> None:
     """Describe every finished file of ``step_dir`` (``STATE_FILE``, and the DCP shards of a
     sharded checkpoint) by size and sha256; written last, so a step directory with a
-    manifest has everything the manifest lists."""
+    manifest has everything the manifest lists. ``keep_last``: the save's retention, for a
+    metric recorded later (``record_metric`` prunes an old ``best`` it releases)."""
     files = sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
     manifest = {
         "format": FORMAT,
         "step": step,
         "metric": metric,
+        "keep_last": keep_last,
         "files": {p.relative_to(step_dir).as_posix(): {"sha256": sha256(p), "bytes": p.stat().st_size} for p in files},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     write_file(step_dir / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
 
 
-def set_manifest_metric(step_dir: Path, metric: Optional[float]) -> None:
-    """Give a finished step directory its metric (known only after it was saved). The manifest
-    is replaced whole (old or new bytes, never half); it does not list itself, so the files it
-    describes still verify."""
+def set_manifest_metric(step_dir: Path, metric: Optional[float]) -> dict[str, Any]:
+    """Give a finished step directory its metric (known only after it was saved); the manifest
+    it now has. It is replaced whole (old or new bytes, never half); it does not list itself, so
+    the files it describes still verify."""
     manifest = read_manifest(step_dir)
     manifest["metric"] = metric
     commit_file(step_dir / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
+    return manifest
 
 
 def verified_manifest(step_dir: Path) -> dict[str, Any]:
@@ -181,13 +184,14 @@ def best_name(directory: Path, name: str, metric: Optional[float], lower_is_bett
     return min(scores, key=lambda s: (sign * s[0], int(s[1][len("step_") :])))[1]
 
 
-def prune(directory: Path, keep_last: int) -> None:
-    """Delete step dirs beyond the newest ``keep_last`` (except pointer targets) and stale ``.tmp-*``."""
+def prune(directory: Path, keep_last: int, stale: bool = True) -> None:
+    """Delete step dirs beyond the newest ``keep_last`` (except pointer targets), so at most
+    ``keep_last`` plus ``best`` stay, and (``stale``) leftover ``.tmp-*``."""
     existing = [p for _, p in step_dirs(directory)]
     keep = {p.name for p in existing[-keep_last:]}
     keep.update(target.name for target in (pointer_target(directory, name) for name in POINTERS) if target is not None)
     doomed = [p for p in existing if p.name not in keep]
-    doomed += [p for p in directory.iterdir() if p.name.startswith(TMP_PREFIX)]
+    doomed += [p for p in directory.iterdir() if stale and p.name.startswith(TMP_PREFIX)]
     for path in doomed:
         try:
             delete_atomically(path)

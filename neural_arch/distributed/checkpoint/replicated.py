@@ -101,7 +101,9 @@ def record_metric(directory: PathLike, step: int, metric: float, *, lower_is_bet
     For a checkpoint saved before its metric was known (the trainer commits the last step,
     then validates it, so a failure during validation loses no training). Call on every rank
     with the same values; rank 0 writes, and every rank raises the same ``CheckpointError`` if
-    the step directory is missing or damaged. The checkpoint's files are not touched.
+    the step directory is missing or damaged. The checkpoint's files are not touched. A ``best``
+    moved away from an old step releases it: pruned with the save's ``keep_last``, so at most
+    ``keep_last`` steps plus ``best`` stay.
     """
     require_process_group("record_metric")
     where = Path(directory)
@@ -109,10 +111,12 @@ def record_metric(directory: PathLike, step: int, metric: float, *, lower_is_bet
     def write() -> None:
         step_dir = where / step_name(step)
         try:
-            set_manifest_metric(step_dir, float(metric))
+            keep_last = set_manifest_metric(step_dir, float(metric)).get("keep_last")
         except DamagedCheckpoint as exc:
             raise CheckpointError(f"cannot record the metric of checkpoint {step_dir}: {exc}") from None
         update_pointers(where, step_dir.name, float(metric), lower_is_better)
+        if type(keep_last) is int and keep_last >= 1:  # absent from checkpoints older than the key
+            prune(where, keep_last, stale=False)  # a save may be staging under .tmp-* now
 
     on_rank0(write, f"could not record the metric of checkpoint step {step} in {where}")
 
@@ -187,7 +191,7 @@ def commit_checkpoint(
     """Rank 0's part of a save: ``state`` (and the shards already in ``staged``) committed as
     ``directory/step_*``, pointers moved, old steps pruned; ``CheckpointError`` if it failed."""
     name = step_name(step)
-    _commit_step_dir(directory, name, step, state, metric, staged)
+    _commit_step_dir(directory, name, step, state, metric, staged, keep_last)
     try:
         update_pointers(directory, name, metric, lower_is_better)
     except OSError as exc:
@@ -200,7 +204,13 @@ def commit_checkpoint(
 
 
 def _commit_step_dir(
-    directory: Path, name: str, step: int, state: dict[str, Any], metric: Optional[float], staged: Optional[Path] = None
+    directory: Path,
+    name: str,
+    step: int,
+    state: dict[str, Any],
+    metric: Optional[float],
+    staged: Optional[Path] = None,
+    keep_last: Optional[int] = None,
 ) -> None:
     """Stage ``state`` and its manifest under ``.tmp-*`` (``staged``: already holding the shards)
     and rename it to ``directory/name``; on failure nothing but the staging directory was
@@ -210,7 +220,7 @@ def _commit_step_dir(
         check_loadable(state)
         tmp = tmp or make_tmp_dir(directory, name)
         write_file(tmp / STATE_FILE, lambda f: torch.save(state, f))
-        write_manifest(tmp, step, metric)
+        write_manifest(tmp, step, metric, keep_last)
         fsync_dir(tmp)
         commit_dir(tmp, directory / name)
     except Exception as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from neural_arch.distributed.checkpoint import load_checkpoint, save_checkpoint
+from neural_arch.distributed.checkpoint import load_checkpoint, record_metric, save_checkpoint
 from neural_arch.distributed.checkpoint.layout import pointer_target
 from tests.helpers.cli import cli
 from tests.helpers.paths import REPO
@@ -80,3 +80,24 @@ def test_a_pointer_swap_leaves_no_staging_link(tmp_path):
     for step in range(1, 4):
         save_checkpoint(tmp_path, step, {"step": step}, keep_last=2)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_a_metric_recorded_after_the_save_releases_the_old_best(tmp_path):
+    # The trainer's order: save the step without a metric, validate it, record the metric. A new
+    # best then frees the old one at once: at most keep_last steps plus best stay, even at the end.
+    for step, metric in ((10, 0.1), (20, 0.9), (30, 0.9)):
+        save_checkpoint(tmp_path, step, {"step": step}, keep_last=2, metric=metric)
+    save_checkpoint(tmp_path, 40, {"step": 40}, keep_last=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "best",
+        "last",
+        "step_00000010",
+        "step_00000030",
+        "step_00000040",
+    ]
+    record_metric(tmp_path, 40, 0.05)
+    assert links(tmp_path) == {"last": "step_00000040", "best": "step_00000040"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "last", "step_00000030", "step_00000040"]
+    save_checkpoint(tmp_path, 50, {"step": 50}, keep_last=2)
+    record_metric(tmp_path, 50, 0.5)  # not the best: the old best stays beside the last two
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "last", "step_00000040", "step_00000050"]
