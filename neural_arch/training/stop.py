@@ -15,7 +15,6 @@ SIGTERM while the step finishes falls back to the default behaviour (stop at onc
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import threading
@@ -103,10 +102,12 @@ def requeue_if_asked(asked: bool, signum: int) -> None:
     """Rank 0: put this SLURM job back in the queue (``checkpoint.requeue_on_stop``), saying what happened."""
     if not asked or nd.get_rank() != 0:
         return
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job:
-        print("checkpoint.requeue_on_stop: not a SLURM job (no SLURM_JOB_ID); not requeued", flush=True)
+    cluster = nd.detect_cluster_env()
+    if cluster.scheduler != "slurm" or not cluster.scheduler_job_id:
+        where = f"a {cluster.scheduler} job" if cluster.scheduler else "no scheduler's job"
+        print(f"checkpoint.requeue_on_stop: not a SLURM job ({where}); not requeued", flush=True)
         return
+    job = cluster.scheduler_job_id
     done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
     # The requeue ends this job at once: SLURM's SIGTERM to the job's processes can reach scontrol
     # itself before it exits (seen under load), which is the requeue taking effect, not failing.

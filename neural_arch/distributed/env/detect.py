@@ -8,24 +8,38 @@ are tried in ``DETECTORS`` order and the first that recognises its variables win
 
 1. ``torchrun``   torchrun / torch elastic / our launcher (TORCHELASTIC_RUN_ID, RANK, ...)
 2. ``openmpi``    mpirun of OpenMPI (OMPI_COMM_WORLD_*)
-3. ``mpich``      MPICH / Intel MPI (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID) and MVAPICH
+3. ``flux``       a Flux job's task (FLUX_TASK_RANK, FLUX_JOB_SIZE, FLUX_JOB_ID, ...)
+4. ``pbs``        PBS Pro's mpiexec with HPE PALS (PALS_RANKID, PMI_SIZE, PBS_NODEFILE, PBS_JOBID)
+5. ``mpich``      MPICH / Intel MPI (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID) and MVAPICH
                   (MV2_COMM_WORLD_*)
-4. ``slurm``      an ``srun`` step (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST, ...)
-5. ``lsf``        IBM LSF jsrun (JSM_NAMESPACE_*, LSB_*)
-6. ``kubernetes`` a PyTorchJob or Indexed Job pod (KUBERNETES_SERVICE_HOST + RANK or
+6. ``slurm``      an ``srun`` step (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST, ...)
+7. ``lsf``        IBM LSF jsrun (JSM_NAMESPACE_*, LSB_*)
+8. ``skypilot``   a SkyPilot ``run`` command, one process per node (SKYPILOT_NODE_RANK,
+                  SKYPILOT_NODE_IPS, SKYPILOT_NUM_NODES, SKYPILOT_TASK_ID)
+9. ``kubernetes`` a PyTorchJob or Indexed Job pod (KUBERNETES_SERVICE_HOST + RANK or
                   JOB_COMPLETION_INDEX, WORLD_SIZE, MASTER_ADDR)
-7. ``env``        plain RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
-8. ``local``      one process, world size 1
+10. ``env``       plain RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
+11. ``local``     one process, world size 1
 
 Why this order: the most specific launcher wins. torchrun first, because its workers may
 also carry the variables of the scheduler that started torchrun (SLURM_PROCID of the one
 srun task per node). MPI before SLURM, because ``mpirun`` inside an allocation starts its
 daemons with srun, so its ranks inherit the daemon's SLURM_PROCID, not their own rank.
-Kubernetes and plain RANK/WORLD_SIZE last, since many launchers also set those. An
-explicit MASTER_ADDR / MASTER_PORT always overrides what a detector derived.
+Flux before SLURM for the same reason (a Flux instance started by srun passes its broker's
+SLURM_* to every task). Flux and PALS before ``mpich``: their ranks also carry PMI_RANK and
+PMI_SIZE, and they say more (the node, the job id, the hosts). SkyPilot after the MPIs and
+schedulers, since its ``run`` command often starts one of those. Kubernetes and plain
+RANK/WORLD_SIZE last, since many launchers also set those. An explicit MASTER_ADDR /
+MASTER_PORT always overrides what a detector derived.
 
-These detectors are the only code that reads launcher environment variables, and they
-only read: ``detect_cluster_env`` returns a frozen record and writes nothing.
+Each detector records on the ``ClusterEnv`` what it read: the job id, the variable the
+world size came from (``evidence``) and who started the process (``started_by``). A
+scheduler's detector also has ``scheduler_job(environ)``: the id of the batch job this
+process runs in even where a launcher started it (``scheduler``, ``scheduler_job_id``; what
+``checkpoint.requeue_on_stop`` requeues). These detectors are the only code that reads
+launcher and scheduler variables (tests/test_scheduler_variables.py checks), and they only
+read: ``detect_cluster_env`` returns a frozen record and writes nothing. A new scheduler is
+one file here plus one line in ``DETECTORS``.
 """
 
 from __future__ import annotations
@@ -34,29 +48,43 @@ import os
 from dataclasses import replace
 from typing import Callable, Optional
 
-from neural_arch.distributed.env import kubernetes, lsf, mpich, openmpi, plain, slurm, torchrun
+from neural_arch.distributed.env import flux, kubernetes, lsf, mpich, openmpi, pbs, plain, skypilot, slurm, torchrun
 from neural_arch.distributed.env.record import ClusterEnv, Environ, launcher_settings
 
 Detector = Callable[[Environ], Optional[ClusterEnv]]
+SchedulerJob = Optional[Callable[[Environ], Optional[str]]]
 
-DETECTORS: tuple[tuple[str, Detector], ...] = (
-    ("torchrun", torchrun.detect),
-    ("openmpi", openmpi.detect),
-    ("mpich", mpich.detect),
-    ("slurm", slurm.detect),
-    ("lsf", lsf.detect),
-    ("kubernetes", kubernetes.detect),
-    ("env", plain.detect),
-    ("local", plain.detect_local),
+DETECTORS: tuple[tuple[str, Detector, SchedulerJob], ...] = (
+    ("torchrun", torchrun.detect, None),
+    ("openmpi", openmpi.detect, None),
+    ("flux", flux.detect, flux.scheduler_job),
+    ("pbs", pbs.detect, pbs.scheduler_job),
+    ("mpich", mpich.detect, None),
+    ("slurm", slurm.detect, slurm.scheduler_job),
+    ("lsf", lsf.detect, lsf.scheduler_job),
+    ("skypilot", skypilot.detect, skypilot.scheduler_job),
+    ("kubernetes", kubernetes.detect, None),
+    ("env", plain.detect, None),
+    ("local", plain.detect_local, None),
 )
-"""Detectors in the order they are tried; the first that returns a ClusterEnv wins."""
+"""(name, detector, the scheduler's job id or None), in the order they are tried; the first
+detector that returns a ClusterEnv wins, and the first scheduler with a job id names it."""
 
 
 def detect_cluster_env(environ: Optional[Environ] = None) -> ClusterEnv:
     """Describe this process's place in the job from ``environ`` (default ``os.environ``)."""
     environ = os.environ if environ is None else environ
-    for _name, detector in DETECTORS:
+    for _name, detector, _job in DETECTORS:
         found = detector(environ)
         if found is not None:
-            return replace(found, **launcher_settings(environ))  # type: ignore[arg-type]
+            return replace(found, **launcher_settings(environ), **enclosing_job(environ))  # type: ignore[arg-type]
     raise AssertionError("the local detector always matches")
+
+
+def enclosing_job(environ: Environ) -> dict[str, Optional[str]]:
+    """The batch job this process runs in: the first scheduler in ``DETECTORS`` with a job id."""
+    for name, _detector, job_of in DETECTORS:
+        job = job_of(environ) if job_of else None
+        if job:
+            return {"scheduler": name, "scheduler_job_id": job}
+    return {"scheduler": None, "scheduler_job_id": None}

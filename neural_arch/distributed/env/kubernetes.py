@@ -10,14 +10,16 @@ from __future__ import annotations
 from typing import Optional
 
 from neural_arch.distributed.env.placement import from_rank_variables
-from neural_arch.distributed.env.record import ClusterEnv, Environ, require_int, with_master_override
+from neural_arch.distributed.env.record import ClusterEnv, Environ, require_int, said, with_master_override
+
+STARTED_BY = "the Kubernetes job"
 
 
 def detect(environ: Environ) -> Optional[ClusterEnv]:
     if "KUBERNETES_SERVICE_HOST" not in environ or "WORLD_SIZE" not in environ:
         return None
     if "RANK" in environ:  # PyTorchJob (Kubeflow training operator)
-        return from_rank_variables("kubernetes", environ)
+        return from_rank_variables("kubernetes", environ, STARTED_BY)
     if "JOB_COMPLETION_INDEX" not in environ:
         return None
     # A plain Indexed Job runs one pod per node: the pod index is both rank and node.
@@ -31,4 +33,6 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
         num_nodes=world,
         master_addr=addr,
         master_port=port,
+        evidence=said(environ, "WORLD_SIZE"),
+        started_by=STARTED_BY,
     )

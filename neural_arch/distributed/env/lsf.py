@@ -18,6 +18,11 @@ from neural_arch.distributed.env.record import (
 )
 
 
+def scheduler_job(environ: Environ) -> Optional[str]:
+    """The LSF job this process runs in (LSB_JOBID), also under a launcher the job started."""
+    return environ.get("LSB_JOBID") or None
+
+
 def detect(environ: Environ) -> Optional[ClusterEnv]:
     if "JSM_NAMESPACE_RANK" not in environ or "JSM_NAMESPACE_SIZE" not in environ:
         return None
@@ -25,7 +30,7 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
     # which runs no ranks when there are others.
     hosts = environ.get("LSB_MCPU_HOSTS", "").split()[0::2]
     compute = hosts[1:] if len(hosts) > 1 else hosts
-    job = environ.get("LSB_JOBID")
+    job = scheduler_job(environ)
     master = with_master_override(environ, compute[0] if compute else None, derived_port(job) if job else None)
     world = require_int(environ, "JSM_NAMESPACE_SIZE")
     local_world = env_int(environ, "JSM_NAMESPACE_LOCAL_SIZE", world) or world
@@ -39,4 +44,6 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
         master,
         job,
         num_nodes=len(compute) or 1,
+        size_key="JSM_NAMESPACE_SIZE",
+        started_by="jsrun",
     )

@@ -26,4 +26,6 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
     local_world = env_int(environ, local_size_key, env_int(environ, "MPI_LOCALNRANKS", world)) or world
     job = first_set(environ, "SLURM_JOB_ID", "PBS_JOBID", "PMI_KVSNAME", "PMIX_NAMESPACE")
     master = same_node_master("mpich", environ, world, local_world, job)
-    return filled_node_by_node("mpich", environ, rank_key, local_key, world, local_world, master, job)
+    return filled_node_by_node(
+        "mpich", environ, rank_key, local_key, world, local_world, master, job, size_key=size_key, started_by="mpiexec"
+    )

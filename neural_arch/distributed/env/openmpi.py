@@ -20,5 +20,14 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
     master = same_node_master("openmpi", environ, world, local_world, job)
     # Not OMPI_COMM_WORLD_NODE_RANK: that is a rank *within* the node, not the node's index.
     return filled_node_by_node(
-        "openmpi", environ, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", world, local_world, master, job
+        "openmpi",
+        environ,
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        world,
+        local_world,
+        master,
+        job,
+        size_key="OMPI_COMM_WORLD_SIZE",
+        started_by="OpenMPI's mpirun",
     )

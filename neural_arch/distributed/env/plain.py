@@ -16,7 +16,7 @@ from neural_arch.distributed.env.record import ClusterEnv, Environ, with_master_
 def detect(environ: Environ) -> Optional[ClusterEnv]:
     if "RANK" not in environ or "WORLD_SIZE" not in environ:
         return None
-    return from_rank_variables("env", environ)
+    return from_rank_variables("env", environ, "the environment")
 
 
 def detect_local(environ: Environ) -> ClusterEnv:

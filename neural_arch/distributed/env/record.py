@@ -36,7 +36,16 @@ class ClusterEnv:
     master_port: Optional[int] = None
     """Port of the rendezvous store, if known (given, or derived from the job id)."""
     job_id: Optional[str] = None
-    """The scheduler's job id, when there is one."""
+    """The job id of whoever started this process, when there is one (torchrun's run id)."""
+    evidence: Optional[str] = None
+    """The variable that says how many processes the job has, as ``NAME=value`` (for messages)."""
+    started_by: Optional[str] = None
+    """Who started this process, in words (``srun``, ``OpenMPI's mpirun``, ...)."""
+    scheduler: Optional[str] = None
+    """The batch scheduler whose job this process runs in (``slurm``, ``lsf``, ``pbs``, ``flux``,
+    ``skypilot``), also under a launcher that job started; None outside one."""
+    scheduler_job_id: Optional[str] = None
+    """That scheduler's job id (what ``scontrol requeue`` takes on SLURM)."""
     attempt: str = "0"
     """Which start of the worker group this is (changes on every launcher restart)."""
     backend: Optional[str] = None
@@ -88,6 +97,12 @@ def first_set(environ: Environ, *keys: str) -> Optional[str]:
         if environ.get(key):
             return environ[key]
     return None
+
+
+def said(environ: Environ, *keys: str) -> Optional[str]:
+    """``NAME=value`` of the first of ``keys`` that is set: the evidence a detector records."""
+    key = next((k for k in keys if environ.get(k)), None)
+    return f"{key}={environ[key]}" if key else None
 
 
 def derived_port(job_key: str) -> int:

@@ -16,6 +16,7 @@ from neural_arch.distributed.env.record import (
     env_int,
     first_set,
     require_int,
+    said,
     with_master_override,
 )
 
@@ -43,6 +44,12 @@ def _tasks_on_node(environ: Environ, node: int, world: int) -> int:
     return per_node[node] if node < len(per_node) else per_node[-1]
 
 
+def scheduler_job(environ: Environ) -> Optional[str]:
+    """The SLURM job this process runs in (SLURM_JOB_ID), also in a batch script or under a
+    launcher that an srun step started."""
+    return first_set(environ, "SLURM_JOB_ID", "SLURM_JOBID")
+
+
 def detect(environ: Environ) -> Optional[ClusterEnv]:
     # Only inside an srun step: a batch script itself has SLURM_PROCID=0 and
     # SLURM_NTASKS=N too, but it is one process, not rank 0 of N.
@@ -52,7 +59,7 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
     nodelist = first_set(environ, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
     hosts = expand_hostlist(nodelist) if nodelist else []
     node = env_int(environ, "SLURM_NODEID", 0) or 0
-    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    job = scheduler_job(environ)
     addr, port = with_master_override(environ, hosts[0] if hosts else None, derived_port(job) if job else None)
     return ClusterEnv(
         source="slurm",
@@ -65,4 +72,6 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
         master_addr=addr,
         master_port=port,
         job_id=job,
+        evidence=said(environ, "SLURM_NTASKS", "SLURM_NPROCS"),
+        started_by="srun",
     )

@@ -19,4 +19,4 @@ def detect(environ: Environ) -> Optional[ClusterEnv]:
         return None
     if "RANK" not in environ or "WORLD_SIZE" not in environ:
         return None
-    return from_rank_variables("torchrun", environ)
+    return from_rank_variables("torchrun", environ, "torchrun or the neural_arch launcher")

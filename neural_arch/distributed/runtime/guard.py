@@ -12,39 +12,18 @@ really is one process, and otherwise raises ``MissingProcessGroupError``::
 Why: every query works without a process group (one process is world size 1), so without
 this check a script that forgets ``init_process_group()`` under a launcher would train N
 independent copies and exit 0. Whether the job has several ranks is what ``env.detect_cluster_env``
-already decides (torchrun/launcher, SLURM step, OpenMPI, MPICH, LSF, Kubernetes, plain
-RANK/WORLD_SIZE); a SLURM batch script outside ``srun`` is one process and passes.
+already decides (torchrun/launcher, an ``srun`` step, OpenMPI, MPICH, Flux, PBS/PALS, LSF,
+SkyPilot, Kubernetes, plain RANK/WORLD_SIZE), and the message names the variable and starter
+the detector recorded; a SLURM batch script outside ``srun`` is one process and passes.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Mapping, Optional
 
 import torch.distributed as dist
 
 from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
-from neural_arch.distributed.env.record import first_set
-
-# The variables each detector takes the world size from (env/*.py), in its order of preference.
-_SIZE_VARIABLES: dict[str, tuple[str, ...]] = {
-    "torchrun": ("WORLD_SIZE",),
-    "openmpi": ("OMPI_COMM_WORLD_SIZE",),
-    "mpich": ("PMI_SIZE", "MV2_COMM_WORLD_SIZE"),
-    "slurm": ("SLURM_NTASKS", "SLURM_NPROCS"),
-    "lsf": ("JSM_NAMESPACE_SIZE",),
-    "kubernetes": ("WORLD_SIZE",),
-    "env": ("WORLD_SIZE",),
-}
-_STARTERS = {
-    "torchrun": "torchrun or the neural_arch launcher",
-    "openmpi": "OpenMPI's mpirun",
-    "mpich": "mpiexec",
-    "slurm": "srun",
-    "lsf": "jsrun",
-    "kubernetes": "the Kubernetes job",
-    "env": "the environment",
-}
 
 
 class MissingProcessGroupError(ValueError):
@@ -58,17 +37,15 @@ def require_process_group(what: str, environ: Optional[Mapping[str, str]] = None
         return
     cluster = detect_cluster_env(environ)
     if cluster.world_size > 1:
-        raise MissingProcessGroupError(missing_group_message(what, cluster, environ))
+        raise MissingProcessGroupError(missing_group_message(what, cluster))
 
 
-def missing_group_message(what: str, cluster: ClusterEnv, environ: Optional[Mapping[str, str]] = None) -> str:
-    """The one-line explanation ``require_process_group`` raises with."""
-    names = _SIZE_VARIABLES.get(cluster.source, ())
-    env = os.environ if environ is None else environ
-    name = next((n for n in names if first_set(env, n)), None)
-    said = f"{name}={first_set(env, name)}" if name else f"the {cluster.source} environment"
+def missing_group_message(what: str, cluster: ClusterEnv) -> str:
+    """The one-line explanation ``require_process_group`` raises with: the variable the
+    detector took the world size from, and who set it, as the detector recorded them."""
+    said = cluster.evidence or f"the {cluster.source} environment"
     return (
-        f"{what} on rank {cluster.rank}: {said} (set by {_STARTERS.get(cluster.source, cluster.source)}) says "
+        f"{what} on rank {cluster.rank}: {said} (set by {cluster.started_by or cluster.source}) says "
         f"this job has {cluster.world_size} ranks, but no process group is initialised, so this rank would run "
         f"alone as rank 0 of 1; call neural_arch.distributed.init_process_group() first."
     )

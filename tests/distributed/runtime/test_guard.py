@@ -60,6 +60,15 @@ STARTERS = {
     ),
     "mpich": ({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}, "PMI_SIZE=2"),
     "plain": ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1234"}, "WORLD_SIZE=2"),
+    "flux": (
+        {"FLUX_TASK_RANK": "1", "FLUX_TASK_LOCAL_ID": "1", "FLUX_JOB_SIZE": "2", "FLUX_JOB_ID": "f1"},
+        "FLUX_JOB_SIZE=2",
+    ),
+    "pbs": ({"PALS_RANKID": "1", "PALS_LOCAL_RANKID": "1", "PMI_SIZE": "2", "PBS_JOBID": "3.pbs"}, "PMI_SIZE=2"),
+    "skypilot": (
+        {"SKYPILOT_NODE_RANK": "1", "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_IPS": "a\nb"},
+        "SKYPILOT_NUM_NODES=2",
+    ),
 }
 
 ENTRY_POINTS = {
