@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 
 from torch.distributed.elastic.agent.server.api import WorkerSpec
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
-from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters, RendezvousTimeoutError
 
 from neural_arch.distributed.launcher import cpu_bind
 from neural_arch.distributed.launcher.agent import RobustElasticAgent
@@ -39,7 +39,7 @@ from neural_arch.distributed.launcher.listen import LOOPBACK, check_port_free, i
 from neural_arch.distributed.launcher.log_format import clear_progress_markers
 from neural_arch.distributed.launcher.outcome import failed_job_exit
 from neural_arch.distributed.launcher.program import check_program
-from neural_arch.distributed.launcher.rendezvous import RendezvousUnreachable, rendezvous_handler
+from neural_arch.distributed.launcher.rendezvous import C10D_READ_TIMEOUT, RendezvousUnreachable, rendezvous_handler
 from neural_arch.distributed.launcher.scratch import ScratchDir
 from neural_arch.distributed.launcher.torch_logs import torch_elastic_logs
 
@@ -240,6 +240,21 @@ def launch_distributed_training(script: str, *args: str, **options: object) -> i
     return DistributedLauncher(LaunchConfig(**options)).launch(script, *args)  # type: ignore[arg-type]
 
 
+def lost_rendezvous_line(exc: BaseException) -> str:
+    """One line for a rendezvous that ended under a running job (torch's connection, closed or
+    timeout error): what it means and what to do; the job's checkpoints are untouched."""
+    if isinstance(exc, RendezvousTimeoutError):
+        return (
+            f"the rendezvous timed out ({exc}): not every node joined in time (--rdzv_conf join_timeout=SECONDS); "
+            "start the same command on every node, with the same --rdzv-endpoint and --rdzv-id."
+        )
+    return (
+        f"lost the rendezvous ({type(exc).__name__}: {exc}): node 0's launcher stopped, or the network "
+        f"to it was cut for longer than the rendezvous read_timeout (--rdzv_conf read_timeout=SECONDS, "
+        f"default {C10D_READ_TIMEOUT} s). Run the same command on every node to continue from the last checkpoint."
+    )
+
+
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     """CLI entry: usage mistakes exit 2 with one line (``PROG: error: ...``); a failed job
     exits 1 with a summary. ``prog`` names the command in messages (``neural-arch launch``)."""
@@ -260,6 +275,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
         return 2
     except RendezvousUnreachable as exc:  # a wrong endpoint, or node 0 not (yet) up: not our bug
         print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    except RendezvousError as exc:  # the rendezvous store lost mid-job (node 0 gone, a long network cut)
+        print(f"{prog}: {lost_rendezvous_line(exc)}", file=sys.stderr)
         return 1
     except SignalException as stop:  # Ctrl-C or SIGTERM to the launcher: asked for, not a failure
         name = signal.Signals(stop.sigval).name

@@ -40,6 +40,11 @@ class RendezvousUnreachable(RuntimeError):
     """No store answers at the rendezvous endpoint: the launcher prints it as one line and exits 1."""
 
 
+C10D_READ_TIMEOUT = 600
+"""Seconds a c10d rendezvous store operation may wait (``--rdzv_conf read_timeout=``): torchrun's
+60 s ends a job whose network to node 0 is cut for a minute, while the static rendezvous
+waits ``--start_timeout`` (600 s) for the same; both now ride out a cut of up to 10 minutes."""
+
 AGENT_STORE_TIMEOUT = timedelta(seconds=300)
 """torch's default for the agent store it would have created itself."""
 
@@ -49,7 +54,7 @@ def rendezvous_handler(params: RendezvousParameters, token: Optional[JobToken]) 
     host, port = parse_rendezvous_endpoint(params.endpoint, default_port=DEFAULT_PORT)
     if params.backend == "static":
         return _static_handler(params, host, port, token)
-    timeout = timedelta(seconds=params.get_as_int("read_timeout", 60) or 60)
+    timeout = timedelta(seconds=params.get_as_int("read_timeout", C10D_READ_TIMEOUT) or C10D_READ_TIMEOUT)
     hosting = hosts_here(host, params.get_as_bool("is_host"))
     reached = _store(host, port, timeout, token, hosting, float(params.get("join_timeout", 600) or 600))
     store = reached.store

@@ -19,8 +19,8 @@ into step 7's collectives. Each job must:
   whatever the test's own process was doing (a loaded machine delays the test's polling,
   not the job's timestamps);
 - wait for the link instead of wedging or giving up (the agents' store reads wait up to
-  ``--start_timeout``, c10d's up to ``--rdzv_conf read_timeout``, whose default of 60 s would
-  end the job during the cut; at every static restart node 0's agent waits for node 1's:
+  ``--start_timeout``, c10d's up to ``--rdzv_conf read_timeout``, whose default is the same
+  600 s: torchrun's 60 s ended the job during the cut; at every static restart node 0's agent waits for node 1's:
   agent.py's ``_await_every_node``), restart once it is back, resume from step 4 and end
   with the weights of an uninterrupted 1-process run (atol 1e-10: only the summation
   order differs). How long after the link's return the job resumes is TCP's: a request
@@ -109,8 +109,8 @@ class Job:
         (self.gate / f"hold_{HELD}").touch()
         master = self.hosts[0]
         for rank, host in enumerate(self.hosts):
-            # c10d: the rendezvous store's reads wait as long as --start_timeout does for static.
-            host_flag = [f"--rdzv_conf=read_timeout=600{',is_host=1' if rank == 0 else ''}"] if self.rdzv else []
+            # c10d with its default read_timeout: the store's reads wait as long as --start_timeout does for static.
+            host_flag = ["--rdzv_conf=is_host=1"] if self.rdzv and rank == 0 else []
             cmd = [
                 *LAUNCHER,
                 *node_flags(host, master, self.port, rank),
