@@ -90,10 +90,10 @@ def _train_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
     nproc = ns.nproc_per_node if given else cfg.training.nproc_per_node
     check_nproc(nproc, "--nproc-per-node" if given else "training.nproc_per_node", os.cpu_count() or 1)
     if nproc > 1 and detect_cluster_env().world_size == 1:
-        from neural_arch.training.config import load_config
+        from neural_arch.training.config import validate_config
         from neural_arch.training.run_lock import RunDirLock
 
-        load_config(ns.config, ns.overrides, world_size=nproc)  # batch divisibility, before any process starts
+        validate_config(cfg, world_size=nproc)  # the loaded config on nproc ranks, before any process starts
         RunDirLock.probe(Path(cfg.run.dir))  # another job there: one line now, not after starting workers
         if _finished(cfg, ns):
             return 0

@@ -36,7 +36,7 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
     host nor device ever holds the whole model, and the initial weights are bitwise one process's."""
     if not layout_active(cfg.parallel):
         return _replicated(task, cfg, device)
-    layout = par.validate(cfg.parallel, nd.get_world_size())
+    layout = cfg.parallel  # checked for this world by validate_config (run_start.py), again by build_mesh
     model, materialize = _build_deferred(task)
     exact_batch_coupling(model, cfg, layout)
     mesh = par.build_mesh(layout, device_type=device.type)
@@ -58,7 +58,9 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
 
     indices = parameter_indices(model)  # before the stages replace parameters by shards
     # Fixed micro-batch rows: a full global batch's share fills the micro-batches exactly.
-    rows = math.ceil(cfg.training.global_batch_size / layout.dp_size / layout.microbatches)
+    rows = math.ceil(
+        cfg.training.global_batch_size / layout.dp_size / (layout.microbatches or 1)
+    )  # resolved to a count in ParallelLayout.__post_init__
     plan = type(task).parallel_plan()
     runner = par.build_pipeline(model, layout, mesh, plan, task.sample_loss, rows, device, materialize)
     view, whole = par.stage_view(runner.modules), par.PipelineForward(runner)
