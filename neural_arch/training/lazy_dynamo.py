@@ -11,6 +11,12 @@ Why: ``torch.optim.Optimizer.add_param_group`` (and ``zero_grad``, ``state_dict`
 ``import torch`` itself (2-4 s of a 1-step run on a loaded 2-core machine), for an eager run that
 never compiles anything.
 
+torch's ``DistributedDataParallel`` reads ``torch._dynamo.utils.get_optimize_ddp_mode()`` in its
+constructor and wraps ``_inside_ddp_forward`` the same way: ``ddp_without_compiler()`` around the
+construction answers the one read with the value of torch's default config (``optimize_ddp=True``:
+"ddp_optimizer", which leaves eager DDP as it is) and shims the wrapper, while the compiler is
+not imported; once it is, torch's own code runs.
+
 Exactness: a dynamo-disabled function differs from the plain one only while dynamo traces or its
 frame hook is installed, and both need ``torch._dynamo`` imported. So each wrapper's cached
 "disabled" function is set to a shim that calls the plain function while ``torch._dynamo`` is not
@@ -20,9 +26,11 @@ torch's real disabled function, caches it in place of itself and calls that from
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
@@ -55,6 +63,24 @@ def defer_dynamo_imports(modules: Iterable[Any] = ()) -> int:
         setattr(fn, _CACHE, _lazy_disabled(fn, bool(recursive)))
         count += 1
     return count + _defer_step_graph_breaks(modules)
+
+
+@contextlib.contextmanager
+def ddp_without_compiler() -> Iterator[None]:
+    """Construct torch's DDP inside this block without importing ``torch._dynamo`` for it."""
+    if "torch._dynamo" in sys.modules:
+        yield  # a user (or torch.compile) configured it: torch's DDP reads the real setting
+        return
+    import torch.nn.parallel.distributed as torch_ddp
+
+    defer_dynamo_imports([torch_ddp])  # _inside_ddp_forward's "disable dynamo" wrapper, lazily
+    default_mode = SimpleNamespace(utils=SimpleNamespace(get_optimize_ddp_mode=lambda: "ddp_optimizer"))
+    torch._dynamo = default_mode  # type: ignore[attr-defined]  # torch.__getattr__ would import it
+    try:
+        yield
+    finally:
+        if torch.__dict__.get("_dynamo") is default_mode:  # an import meanwhile put the real one there
+            del torch._dynamo  # type: ignore[attr-defined]
 
 
 def _defer_step_graph_breaks(modules: Iterable[Any]) -> int:

@@ -22,6 +22,7 @@ from neural_arch.distributed.parallel.placement.base import Placement
 from neural_arch.training.batch_coupling import exact_batch_coupling
 from neural_arch.training.config import Config
 from neural_arch.training.layout_check import layout_active
+from neural_arch.training.lazy_dynamo import ddp_without_compiler
 from neural_arch.training.task import Task
 from neural_arch.training.typed_config import ConfigError
 
@@ -75,9 +76,10 @@ def _replicated(task: Task, cfg: Config, device: torch.device) -> Placement:
     # Gradients as views of DDP's buckets: the averaged bucket is the gradient, with no copy
     # back (a model-sized copy every step) and one gradient-sized buffer less. The values are
     # those of copying: the step sets gradients to None, so DDP scales each into its bucket.
-    ddp = nd.DistributedDataParallel(
-        model, bucket_size_mb=cfg.ddp.bucket_mb, compression=compression, gradient_as_bucket_view=True
-    )
+    with ddp_without_compiler():  # torch's DDP reads one compiler setting: not worth importing it (lazy_dynamo.py)
+        ddp = nd.DistributedDataParallel(
+            model, bucket_size_mb=cfg.ddp.bucket_mb, compression=compression, gradient_as_bucket_view=True
+        )
     return par.ReplicatedPlacement(ddp, model, nd.get_rank(), nd.get_world_size(), leader=True)
 
 

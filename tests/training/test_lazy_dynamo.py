@@ -93,3 +93,43 @@ print("compiler imported:", "torch._dynamo" in sys.modules)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "compiler imported: False" in done.stdout
+
+
+def ddp_worker(rank: int, world_size: int, lazy: bool) -> dict:
+    import torch
+
+    from neural_arch.distributed import DistributedDataParallel, init_process_group
+    from neural_arch.training.lazy_dynamo import ddp_without_compiler, defer_dynamo_imports
+
+    before = "torch._dynamo" in sys.modules
+    init_process_group(backend="gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).double()
+    if lazy:
+        defer_dynamo_imports()
+        with ddp_without_compiler():
+            ddp = DistributedDataParallel(model)
+    else:
+        ddp = DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    inputs = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(rank))
+    for _ in range(3):
+        opt.zero_grad(set_to_none=True)
+        ddp(inputs).pow(2).mean().backward()
+        opt.step()
+    return {
+        "before": before,
+        "dynamo": "torch._dynamo" in sys.modules,
+        "weights": [p.detach().flatten().tolist() for p in model.parameters()],
+    }
+
+
+@pytest.mark.multiprocess
+def test_ddp_built_without_the_compiler_trains_bitwise_as_stock_ddp() -> None:
+    from tests.helpers.multiproc import run_ranks
+
+    lazy, stock = run_ranks(ddp_worker, 2, args=(True,)), run_ranks(ddp_worker, 2, args=(False,))
+    assert not any(r["before"] for r in lazy + stock), "ranks start with the compiler imported: nothing shown"
+    assert all(r["dynamo"] for r in stock), "stock DDP no longer imports torch._dynamo: the shim is moot"
+    assert not any(r["dynamo"] for r in lazy)
+    assert [r["weights"] for r in lazy] == [r["weights"] for r in stock]  # floats as Python values: bitwise
