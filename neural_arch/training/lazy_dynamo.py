@@ -75,7 +75,7 @@ def ddp_without_compiler() -> Iterator[None]:
 
     defer_dynamo_imports([torch_ddp])  # _inside_ddp_forward's "disable dynamo" wrapper, lazily
     default_mode = SimpleNamespace(utils=SimpleNamespace(get_optimize_ddp_mode=lambda: "ddp_optimizer"))
-    torch._dynamo = default_mode  # type: ignore[attr-defined]  # torch.__getattr__ would import it
+    torch._dynamo = default_mode  # type: ignore[assignment]  # torch.__getattr__ would import it
     try:
         yield
     finally:
