@@ -2,7 +2,8 @@
 
 Run: ``neural-arch train --config tiny`` (train.py), ``neural-arch recipes [NAME]`` (recipes.py),
 ``neural-arch launch --nproc_per_node=2 script.py`` (launch.py), ``neural-arch create-data --config FILE``
-(create_data.py), ``neural-arch export --checkpoint DIR --output model.ts`` (export.py),
+(create_data.py), ``neural-arch evaluate RUN_DIR`` (evaluate.py),
+``neural-arch export --checkpoint DIR --output model.ts`` (export.py),
 ``neural-arch generate --checkpoint DIR --prompt TEXT`` (generate.py),
 ``neural-arch env`` (env.py); ``python -m neural_arch.cli ...`` is the same. The logic lives
 in the package so it can be called from Python and tested; user mistakes of every
@@ -22,6 +23,7 @@ COMMANDS = {
     "train": ("train", "train from a YAML config or a recipe's name"),
     "recipes": ("recipes", "list the shipped config recipes, or print one"),
     "create-data": ("create_data", "create the dataset a config's task trains on"),
+    "evaluate": ("evaluate", "the validation metrics of a checkpoint, on any layout"),
     "export": ("export", "export a checkpoint to TorchScript for C++"),
     "generate": ("generate", "continue a prompt with a trained language model"),
     "launch": ("launch", "start a distributed job (same as python -m neural_arch.distributed.launcher)"),
