@@ -8,7 +8,7 @@ Use (every rank, around forwards that need no gradients)::
 FSDP gathers a block's parameters before each forward and frees them after it, so that a
 training step never holds the whole model. Evaluation runs many small forwards (a validation
 batch, then a report generating one token at a time), and each one gathers the whole model
-again over the network: on the CPU with gloo, the 99M-parameter GPT's final validation and
+again over the network: on the CPU with gloo, a 99M-parameter transformer's final validation and
 report took minutes on FSDP x2 against seconds on DDP x2. Here every FSDP module is gathered
 once and kept gathered until the block ends, then freed (the training step after it gathers
 as always). The values are those of per-forward gathering (the same all-gather of the same
