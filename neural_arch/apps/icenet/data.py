@@ -121,6 +121,7 @@ class IceNetData:
         self._ds = _open(self.path)
         check_layout(self._ds, self.path)
         self.spec = _resolve_spec(self._ds, self.path, spec)
+        self.source = str(self._ds.attrs.get("source", ""))  # synth.SOURCE for made-up months
         s = self.spec
         self.times = self._ds["time"].values.astype("datetime64[M]")
         self._calendar = (self.times.astype(np.int64) % 12).astype(np.int64)  # 0 = January

@@ -16,6 +16,7 @@ from torch import nn
 import neural_arch.distributed as nd
 from neural_arch.apps.icenet.metrics import sic_to_ice
 from neural_arch.apps.icenet.model import ice_probability
+from neural_arch.apps.icenet.synth import SOURCE
 
 LABELS = {
     "binary_accuracy": ("binary accuracy", "{:.2%}"),
@@ -38,6 +39,17 @@ def _table(final: dict[str, float], leads: int) -> list[str]:
 def mean_accuracy(final: dict[str, float], name: str, leads: int) -> float:
     """Binary accuracy averaged over lead months."""
     return float(np.mean([final[f"val/{name}/binary_accuracy/lead{lead}"] for lead in range(1, leads + 1)]))
+
+
+def data_line(source: str, path: Path) -> str:
+    """Where the months came from: synthetic ones (``--create-data``) are said to be so, first."""
+    if source == SOURCE:
+        return (
+            f"Data: **synthetic** ({path}, made by `--create-data`): IceNet-style months with the structure of "
+            "the real inputs, not observations. The numbers below show that the model and the pipeline learn; "
+            "they say nothing about forecasting real sea ice."
+        )
+    return f"Data: {path} (source: {source or 'not stated in the store'})."
 
 
 def _pick_sample(task: Any) -> int:
@@ -102,6 +114,8 @@ def write_report(
     verdict = "beats" if ours > persistence else "does NOT beat"
     lines = [
         "# Sea-ice forecast report",
+        "",
+        data_line(task.train.source, task.train.path),
         "",
         f"The U-Net {verdict} persistence on validation binary accuracy: {ours:.2%} vs {persistence:.2%} "
         f"(mean over {leads} lead months; climatology {mean_accuracy(final, 'climatology', leads):.2%}).",

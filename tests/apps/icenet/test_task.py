@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from neural_arch.apps.icenet.data import IceNetData, IceNetSpec, create_dataset
+from neural_arch.apps.icenet.report import data_line
+from neural_arch.apps.icenet.synth import SOURCE
 from tests.helpers.cli import cli
 from tests.helpers.multiproc import run_ranks
 from tests.helpers.paths import REPO
@@ -114,6 +116,7 @@ def test_train_report_and_export(store, tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = (tmp_path / "run" / "report.md").read_text()
     assert "persistence" in report and "climatology" in report and "IIEE" in report
+    assert "Data: **synthetic**" in report and "not observations" in report  # the store came from create_dataset
     assert (tmp_path / "run" / "forecast.png").exists() and "report: " in proc.stdout
     out = tmp_path / "icenet.ts"
     export = cli("export", "--checkpoint", str(tmp_path / "run" / "checkpoints"), "--output", str(out))
@@ -169,3 +172,10 @@ def test_create_data_cli_on_two_ranks_matches_one_process(tmp_path, store):
     bad = cli("create-data", "--set", "run.task=regression")
     assert bad.returncode == 2 and "run.task='regression' has no data to create" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_report_says_where_the_data_came_from(store):
+    assert IceNetData(store, "train").source == SOURCE
+    assert data_line(SOURCE, Path("d")).startswith("Data: **synthetic** (d, made by `--create-data`)")
+    assert data_line("NSIDC OSI-SAF", Path("d")) == "Data: d (source: NSIDC OSI-SAF)."
+    assert data_line("", Path("d")) == "Data: d (source: not stated in the store)."
