@@ -54,7 +54,7 @@ def _rendezvous(g: argparse._ArgumentGroup) -> None:
         "--rdzv-backend",
         "--rdzv_backend",
         default=None,
-        choices=["static", "c10d", "etcd", "etcd-v2"],
+        metavar="{static,c10d}",  # torchrun's etcd/etcd-v2 are refused in one line (torchrun_compat.py)
         help="None: automatic (one node: static on a free port; N nodes: static; MIN:MAX: c10d). "
         "c10d: nodes meet at --rdzv-endpoint and get their node rank from the rendezvous",
     )
@@ -216,7 +216,12 @@ def _accepted(g: argparse._ArgumentGroup) -> None:
         default="null",
         help="torch elastic event handler name ('null', 'console', ...)",
     )
-    add("--duplicate-stdout-filters", "--duplicate_stdout_filters", default="", help="not supported: must be empty")
-    add("--duplicate-stderr-filters", "--duplicate_stderr_filters", default="", help="not supported: must be empty")
-    add("--logs-specs", "--logs_specs", default=None, help="not supported: must be unset")
-    add("--numa-binding", "--numa_binding", default=None, help="not supported: must be unset (use numactl)")
+    # torchrun's options that do not work here: parsed only to be refused in one line saying what to do
+    # instead (torchrun_compat.refuse_unsupported), never listed in --help.
+    for names in (
+        ("--duplicate-stdout-filters", "--duplicate_stdout_filters"),
+        ("--duplicate-stderr-filters", "--duplicate_stderr_filters"),
+    ):
+        add(*names, default="", help=argparse.SUPPRESS)
+    add("--logs-specs", "--logs_specs", default=None, help=argparse.SUPPRESS)
+    add("--numa-binding", "--numa_binding", default=None, help=argparse.SUPPRESS)

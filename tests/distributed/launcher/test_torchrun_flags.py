@@ -4,6 +4,7 @@ why not; unknown options get "did you mean"; --help shows every default.
 Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_torchrun_flags.py -q``
 """
 
+import argparse
 import json
 import os
 import socket
@@ -40,6 +41,8 @@ def launch(*args: str, cwd=None, timeout: float = 120, cmd=LAUNCHER) -> subproce
         (["--max-restarts=x", PROBE], "argument --max-restarts/--max_restarts: invalid int value: 'x'"),
         (["--numa-binding=node", PROBE], "--numa-binding='node' is not supported by this launcher"),
         (["--rdzv-backend=etcd", PROBE], "--rdzv-backend=etcd is not supported by this launcher"),
+        (["--rdzv-backend=etcd-v2", PROBE], "use --rdzv-backend=c10d with --rdzv-endpoint=HOST:PORT"),
+        (["--rdzv-backend=zk", PROBE], "rdzv_backend='zk' must be 'static', 'c10d' or None (automatic)"),
         (["--redirects=1", PROBE], "redirecting only stdout or only stderr is not supported"),
         (["--standalone", "--nnodes=2", PROBE], "--standalone is a one-node job"),
         (["-m", "no_such_module_xyz"], "module 'no_such_module_xyz' not found"),
@@ -71,8 +74,12 @@ def test_both_commands_exit_2_with_their_own_name():
 def test_help_shows_every_default_and_both_spellings():
     parser = build_parser()
     text = parser.format_help()
-    options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    options = [a for a in parser._actions if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS]
     assert text.count("(default:") == len(options)
+    # Only what works is listed: torchrun's refused options are parsed (to say why) but never shown.
+    for refused in ("etcd", "--numa-binding", "--logs-specs", "--duplicate-stdout-filters", "not supported"):
+        assert refused not in text, refused
+    assert "--rdzv-backend {static,c10d}" in text
     assert "--max-restarts MAX_RESTARTS, --max_restarts MAX_RESTARTS" in text and "(default: 3)" in text
     for flag in (
         "-m, --module",
