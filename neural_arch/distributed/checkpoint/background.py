@@ -117,9 +117,7 @@ class CheckpointWriter:
 
     def _no_room(self, step: int, state: dict[str, Any], shards: Optional[dict[str, Any]]) -> bool:
         """Whether some rank's copy would not fit (a collective: every rank gets the same answer)."""
-        host, device = copy_bytes(shards)
-        if get_rank() == 0:
-            host, device = host + copy_bytes(state)[0], device + copy_bytes(state)[1]
+        host, device = copy_bytes((shards, state) if get_rank() == 0 else shards)  # rank 0 copies the state too
         reasons = all_gather_object(self.room.shortfall(host, device))
         short = [(rank, why) for rank, why in enumerate(reasons) if why is not None]
         if short and get_rank() == 0 and not self.noted:
