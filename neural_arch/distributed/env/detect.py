@@ -16,10 +16,12 @@ are tried in ``DETECTORS`` order and the first that recognises its variables win
 7. ``lsf``        IBM LSF jsrun (JSM_NAMESPACE_*, LSB_*)
 8. ``skypilot``   a SkyPilot ``run`` command, one process per node (SKYPILOT_NODE_RANK,
                   SKYPILOT_NODE_IPS, SKYPILOT_NUM_NODES, SKYPILOT_TASK_ID)
-9. ``kubernetes`` a PyTorchJob or Indexed Job pod (KUBERNETES_SERVICE_HOST + RANK or
+9. ``kubeflow_trainer`` a Kubeflow Trainer v2 TrainJob pod started without a launcher, one
+                  process per node (KUBERNETES_SERVICE_HOST + PET_NNODES, PET_NODE_RANK, ...)
+10. ``kubernetes`` a PyTorchJob or Indexed Job pod (KUBERNETES_SERVICE_HOST + RANK or
                   JOB_COMPLETION_INDEX, WORLD_SIZE, MASTER_ADDR)
-10. ``env``       plain RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
-11. ``local``     one process, world size 1
+11. ``env``       plain RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
+12. ``local``     one process, world size 1
 
 Why this order: the most specific launcher wins. torchrun first, because its workers may
 also carry the variables of the scheduler that started torchrun (SLURM_PROCID of the one
@@ -28,7 +30,8 @@ daemons with srun, so its ranks inherit the daemon's SLURM_PROCID, not their own
 Flux before SLURM for the same reason (a Flux instance started by srun passes its broker's
 SLURM_* to every task). Flux and PALS before ``mpich``: their ranks also carry PMI_RANK and
 PMI_SIZE, and they say more (the node, the job id, the hosts). SkyPilot after the MPIs and
-schedulers, since its ``run`` command often starts one of those. Kubernetes and plain
+schedulers, since its ``run`` command often starts one of those. A Kubeflow TrainJob pod
+before the generic Kubernetes pod (it says more: the TrainJob, its nodes). Kubernetes and plain
 RANK/WORLD_SIZE last, since many launchers also set those. An explicit MASTER_ADDR /
 MASTER_PORT always overrides what a detector derived.
 
@@ -48,7 +51,19 @@ import os
 from dataclasses import replace
 from typing import Callable, Optional
 
-from neural_arch.distributed.env import flux, kubernetes, lsf, mpich, openmpi, pbs, plain, skypilot, slurm, torchrun
+from neural_arch.distributed.env import (
+    flux,
+    kubeflow_trainer,
+    kubernetes,
+    lsf,
+    mpich,
+    openmpi,
+    pbs,
+    plain,
+    skypilot,
+    slurm,
+    torchrun,
+)
 from neural_arch.distributed.env.record import ClusterEnv, Environ, launcher_settings
 
 Detector = Callable[[Environ], Optional[ClusterEnv]]
@@ -63,6 +78,7 @@ DETECTORS: tuple[tuple[str, Detector, SchedulerJob], ...] = (
     ("slurm", slurm.detect, slurm.scheduler_job),
     ("lsf", lsf.detect, lsf.scheduler_job),
     ("skypilot", skypilot.detect, skypilot.scheduler_job),
+    ("kubeflow_trainer", kubeflow_trainer.detect, kubeflow_trainer.scheduler_job),
     ("kubernetes", kubernetes.detect, None),
     ("env", plain.detect, None),
     ("local", plain.detect_local, None),
