@@ -60,6 +60,8 @@ class StopSignals:
         self._previous: dict[int, Any] = {}
         self._interval, self._calls = 1, 0  # calls between agreements (the first follows step 1), calls since the last
         self._since = time.monotonic()
+        self.answers: Optional[tuple[float, ...]] = None
+        """After a call of ``agreed`` that agreed: the maximum over the ranks of each of its ``asks``."""
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -77,20 +79,25 @@ class StopSignals:
         if signum != signal.SIGUSR1:  # a second Ctrl-C / SIGTERM acts at once, as usual
             signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
 
-    def agreed(self, force: bool = False) -> Optional[int]:
+    def agreed(self, force: bool = False, asks: tuple[float, ...] = ()) -> Optional[int]:
         """The signal any rank received (the same answer on every rank), or None; call it after
         every step on every rank. Collective only on some calls: every rank counts the same calls
         and computes the same interval, so they all agree at the same step. ``force`` (the same
         on every rank) agrees now: after the last step, and after a step that validated or saved,
-        whose time the interval cannot have foreseen."""
+        whose time the interval cannot have foreseen. ``asks``: this rank's flags to agree on in
+        the same all-reduce (the trainer's callbacks: run_callbacks.py); ``answers`` is then their
+        maximum over the ranks, or None after a call that did not agree."""
         if nd.get_world_size() == 1:
+            self.answers = tuple(asks)
             return self.received
         self._calls += 1
         if self._calls < self._interval and not force:
+            self.answers = None
             return None
         now = time.monotonic()
-        flag = torch.tensor([float(self.received or 0), now - self._since], dtype=torch.float64)
+        flag = torch.tensor([float(self.received or 0), now - self._since, *asks], dtype=torch.float64)
         flag = nd.all_reduce(flag, op="max", check=False)
+        self.answers = tuple(float(x) for x in flag[2:])
         # The slowest rank's seconds per step (the same number on every rank) set the next interval.
         per_step = float(flag[1]) / self._calls
         self._interval, self._calls = max(1, int(CHECK_SECONDS / max(per_step, 1e-6))), 0

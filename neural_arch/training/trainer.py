@@ -14,25 +14,25 @@ optimizer step, log, validate, save, stop; then finish.
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from pathlib import Path
-from typing import Callable, Optional
-
-import torch
+from typing import Callable, Optional, Sequence
 
 import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint import CheckpointWriter, record_metric
 from neural_arch.distributed.checkpoint.layout import step_name
 from neural_arch.training.batch_workers import batch_builder
+from neural_arch.training.callbacks import Callback
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config
 from neural_arch.training.heap import frozen_heap
 from neural_arch.training.interval_metrics import IntervalMeter, first_step_flops, rank_peak
 from neural_arch.training.prefetch import next_batch
 from neural_arch.training.profiling import StepProfiler
-from neural_arch.training.reporting import RunReporter, format_summary, plot_losses
+from neural_arch.training.reporting import RunReporter
+from neural_arch.training.run_callbacks import RunCallbacks, StepFunction
+from neural_arch.training.run_end import run_throughput, step_times_per_rank, task_report, write_outputs
 from neural_arch.training.run_progress import RunProgress, global_batches
 from neural_arch.training.run_start import (
     build_components,
@@ -47,23 +47,26 @@ from neural_arch.training.step import evaluate, forward_backward, optimizer_step
 from neural_arch.training.stop import StopSignals, TrainingStopped, requeue_if_asked
 from neural_arch.training.stragglers import StragglerWatch
 from neural_arch.training.tracking import open_trackers
-from neural_arch.utils.atomic import commit_file
 
 
 def train(
     cfg: Config,
     *,
     resume: Optional[str] = None,
+    callbacks: Sequence[Callback] = (),
     on_step: Optional[Callable[[int], None]] = None,
     create_data: bool = False,
 ) -> dict[str, float]:
-    """Train to ``cfg.training.steps``; returns the final metrics (identical on every rank).
+    """Train to ``cfg.training.steps`` (or until a callback stops it early); returns the final
+    metrics (identical on every rank).
 
     ``resume``: ``auto``/``none``/a checkpoint path (default: ``checkpoint.resume``).
-    ``on_step(step)`` is called after every step (tests use it to inject faults).
+    ``callbacks``: ``Callback`` objects (callbacks.py): ``on_step``, ``on_validation``,
+    ``on_save``, ``on_finish``; any of them may stop the run early.
+    ``on_step(step)``: a plain function called after every step (as a callback's ``on_step``).
     ``create_data``: first create the task's data if it is missing (every rank takes part).
     """
-    return Trainer(cfg, resume=resume, on_step=on_step, create_data=create_data).train()
+    return Trainer(cfg, resume=resume, callbacks=callbacks, on_step=on_step, create_data=create_data).train()
 
 
 class Trainer:
@@ -86,19 +89,23 @@ class Trainer:
         cfg: Config,
         *,
         resume: Optional[str] = None,
+        callbacks: Sequence[Callback] = (),
         on_step: Optional[Callable[[int], None]] = None,
         create_data: bool = False,
     ) -> None:
         self.cfg = cfg
         self.resume = resume or cfg.checkpoint.resume
-        self.on_step = on_step
+        self.callbacks = [*callbacks, *([StepFunction(on_step)] if on_step is not None else [])]
         self.create_data = create_data
+        self.stopped_early: Optional[str] = None
+        """Why a callback stopped the run before ``training.steps`` (None: it did not)."""
 
     def train(self) -> dict[str, float]:
         """Set up, train to ``training.steps``, finish; the final metrics (identical on every rank)."""
         cfg, steps = self.cfg, self.cfg.training.steps
         # ---- set up: process group, locked run directory, data, model, optimizer; resume from a checkpoint
         with claimed_run_dir(cfg) as self.run_dir, CheckpointWriter(cfg.checkpoint.async_save) as self.writer:
+            self.hooks = RunCallbacks(self.callbacks, steps)
             run = self.components = build_components(cfg, self.create_data)
             resumed = resume_from(run, self.resume, self.run_dir / "checkpoints")
             if resumed is None and cfg.run.init_from:  # fine-tuning: another run's weights, all else anew
@@ -138,13 +145,15 @@ class Trainer:
                     validation = {}
                     if _due(run.step, cfg.training.val_every) or run.step == steps:
                         validation = self._validate()
-                    self._log(validation)
-                    # ---- stop: on a signal that any rank received, at the same step on every rank
-                    if self.on_step is not None:
-                        self.on_step(run.step)
-                    signum = stop.agreed(force=self._agree_on_stop_now())
+                    row = self._log(validation)
+                    self.hooks.stepped(run.step, run.scheduler.get_last_lr()[0], row, loss_sum)
+                    # ---- stop: on a signal or a callback's request on any rank, at the same step on every rank
+                    signum = stop.agreed(force=self._agree_on_stop_now(), asks=self.hooks.asks(self.writer))
                     if signum is not None:
                         self._stop(signum)
+                    if self.hooks.agreed(stop.answers, self.writer) and run.step < steps:
+                        self._stop_early()
+                        break
             # ---- finish: the run's outputs (the last step is saved and validated by now)
             return self._finish()
 
@@ -178,14 +187,21 @@ class Trainer:
         run = self.components
         metrics = evaluate(run)
         self.progress.validated = (run.step, dict(metrics))
-        if self.progress.last_saved == run.step and "val/loss" in metrics:
-            self.writer.wait()  # the step must be on disk before its metric
-            record_metric(self.run_dir / "checkpoints", run.step, metrics["val/loss"])
+        self._record_metric()
+        self.hooks.validated(run.step, metrics)
         return metrics
 
-    def _log(self, validation: dict[str, float]) -> None:
-        """A metrics row when one is due (or validation ran, or this is the last step); the progress bar."""
-        run, progress = self.components, self.progress
+    def _record_metric(self) -> None:
+        """A checkpoint of the validated step gets its ``val/loss`` (``best``), once it is on disk."""
+        step, (validated, metrics) = self.components.step, self.progress.validated or (None, {})
+        if self.progress.last_saved == step == validated and "val/loss" in metrics:
+            self._wait_saved()
+            record_metric(self.run_dir / "checkpoints", step, metrics["val/loss"])
+
+    def _log(self, validation: dict[str, float]) -> Optional[dict[str, float]]:
+        """A metrics row when one is due (or validation ran, or this is the last step), which it
+        returns; the progress bar."""
+        run, progress, row = self.components, self.progress, None
         every, last = self.cfg.logging.every_steps, run.step == self.cfg.training.steps
         if run.step % every == 0 or validation or last:
             # One small all-reduce per log row: the exact mean loss over the interval, and every
@@ -206,18 +222,21 @@ class Trainer:
                 if nd.get_rank() == 0:
                     print(f"neural_arch: {line}", flush=True)
         self.report.progress(run.step, progress.loss, progress.samples / (time.perf_counter() - progress.started))
+        return row
 
     def _save(self) -> None:
         """Commit this step's checkpoint (its metric follows once validated: ``_validate``)."""
-        run = self.components
-        self.writer.save(
-            self.run_dir / "checkpoints",
-            run.step,
-            run.checkpoint_state(),
-            keep_last=self.cfg.checkpoint.keep_last,
-            shards=run.shard_state(),
-        )
+        run, checkpoints = self.components, self.run_dir / "checkpoints"
+        self._wait_saved()  # the save before (``save`` waits for it too): its on_save first
+        state, keep_last = run.checkpoint_state(), self.cfg.checkpoint.keep_last
+        self.writer.save(checkpoints, run.step, state, keep_last=keep_last, shards=run.shard_state())
         self.progress.last_saved = run.step
+        self.hooks.saved(run.step, checkpoints / step_name(run.step), self.writer)
+
+    def _wait_saved(self) -> None:
+        """Wait until the save in flight is committed (collective), then call its ``on_save``."""
+        self.writer.wait()
+        self.hooks.committed()
 
     def _agree_on_stop_now(self) -> bool:
         """Whether this step was the last, or validated or saved (the same on every rank): ranks
@@ -232,13 +251,23 @@ class Trainer:
         run = self.components
         if self.progress.last_saved != run.step:
             self._save()
-        self.writer.wait()  # the job may be killed soon after we exit: this step must be on disk
+        self._wait_saved()  # the job may be killed soon after we exit: this step must be on disk
         checkpoint = self.run_dir / "checkpoints" / step_name(run.step)
         self.report.log.info("stopped by signal %d at step %d; checkpoint %s", signum, run.step, checkpoint)
         self.report.end_tracking(finished=False)
         self.report.close()
         requeue_if_asked(self.cfg.checkpoint.requeue_on_stop, signum)
         raise TrainingStopped(signum, run.step, self.cfg.training.steps, str(checkpoint))
+
+    def _stop_early(self) -> None:
+        """A callback asked to stop (every rank agreed): save this step; ``_finish`` validates it."""
+        run = self.components
+        self.stopped_early = self.hooks.stop_reason()
+        if self.progress.last_saved != run.step:
+            self._save()
+            self._record_metric()  # where this step validated before it was saved
+        steps, why = self.cfg.training.steps, self.stopped_early
+        self.report.log.info("stopped early at step %d of %d: %s", run.step, steps, why)
 
     def _finish(self) -> dict[str, float]:
         """The final metrics (every rank), then the run's outputs (rank 0). A run resumed from
@@ -247,52 +276,22 @@ class Trainer:
         train_seconds = time.perf_counter() - progress.started
         already = progress.validated is not None and progress.validated[0] == run.step
         final = progress.validated[1] if already else self._validate()  # type: ignore[index]
-        self.writer.wait()  # the last step is committed before the outputs
-        times = progress.step_times
-        mean_max = torch.tensor([sum(times) / max(len(times), 1), max(times, default=0.0)], dtype=torch.float64)
-        per_rank = [(float(a), float(b)) for a, b in nd.all_gather(mean_max)]
+        self._wait_saved()  # the last step is committed before the outputs
+        per_rank = step_times_per_rank(progress.step_times)  # collective
         if final and not already:  # the last step's row holds them already
             self.report.metrics(run.step, final)
         self.report.close()
         run.release_training_state()  # saved already; frees room for the report
-        throughput = {
-            "processes": float(nd.get_world_size()),
-            "samples_per_s": progress.samples / max(train_seconds, 1e-9),
-            "train_seconds": train_seconds,
-            "steps": float(len(times)),
-        }
+        throughput = run_throughput(progress.samples, len(progress.step_times), train_seconds)
         if self.cfg.training.report:
-            self._task_report(final, throughput)
+            task_report(run, self.run_dir, final, throughput)
         if nd.get_rank() == 0:
-            self._write_outputs(final, throughput, per_rank)
+            stopped = (run.step, self.cfg.training.steps, self.stopped_early) if self.stopped_early else None
+            samples, note = progress.samples, self.watch.summary()
+            write_outputs(self.run_dir, run.task, final, throughput, per_rank, samples, note, stopped)
             self.report.end_tracking(finished=True)
+        self.hooks.finished(run.step, final, self.stopped_early)
         return final
-
-    def _task_report(self, final: dict[str, float], throughput: dict[str, float]) -> None:
-        """The app's report: on every rank with the placed model where the app can, else on rank 0."""
-        task, placement = self.components.task, self.components.placement
-        if task.REPORT_ON_EVERY_RANK and placement.report_on_every_rank:
-            with placement.evaluation():  # collective forwards, FSDP gathered once where it fits
-                task.report(self.run_dir, placement.plain, final, throughput)
-            return
-        whole = placement.whole_model(task.build_model)  # collective for sharded layouts
-        if nd.get_rank() == 0:
-            task.report(self.run_dir, whole, final, throughput)
-
-    def _write_outputs(
-        self, final: dict[str, float], throughput: dict[str, float], per_rank: list[tuple[float, float]]
-    ) -> None:
-        """Rank 0, after the task's report: loss plot, summary.txt/summary.json, the summary on stdout."""
-        run_dir, task = self.run_dir, self.components.task
-        if (run_dir / "metrics.jsonl").exists():
-            plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png")
-        seconds, world = throughput["train_seconds"], nd.get_world_size()
-        summary = format_summary(task.summary_metrics(final), seconds, self.progress.samples, per_rank, world)
-        summary += f"\n{self.watch.summary()}" if self.watch.summary() else ""
-        text = json.dumps({**throughput, **final}, indent=2) + "\n"
-        commit_file(run_dir / "summary.txt", lambda f: f.write((summary + "\n").encode()))  # full disk: old or none
-        commit_file(run_dir / "summary.json", lambda f: f.write(text.encode()))
-        print(summary, flush=True)
 
 
 def _due(step: int, every: Optional[int]) -> bool:

@@ -98,6 +98,17 @@ class CheckpointWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def in_flight(self) -> bool:
+        """Whether a background save has not been waited for yet (``wait`` commits it)."""
+        return self._thread is not None
+
+    @property
+    def writing(self) -> bool:
+        """Whether this rank's part of the save in flight is still being written (no collective;
+        once it is False on every rank, the step is committed and ``wait`` returns at once)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def wait(self) -> None:
         """Block until the save in flight is committed (a collective: call on every rank);
         every rank raises the same ``CheckpointError`` if any rank's part failed."""
