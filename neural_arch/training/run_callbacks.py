@@ -99,7 +99,7 @@ class RunCallbacks:
         """Why the run stops early, the same on every rank (one gather: call on every rank)."""
         reasons = nd.all_gather_object(self.asked)
         named = [(rank, why) for rank, why in enumerate(reasons) if why is not None]
-        if len({why for _, why in named}) == 1:  # e.g. EarlyStopping: every rank asked alike
+        if len(named) == len(reasons) and len({why for _, why in named}) == 1:  # e.g. EarlyStopping
             return named[0][1]
         return "; ".join(f"rank {rank}: {why}" for rank, why in named)
 
