@@ -7,27 +7,30 @@ THE detection order. Each source has one small detector (one file in this packag
 are tried in ``DETECTORS`` order and the first that recognises its variables wins:
 
 1. ``torchrun``   torchrun / torch elastic / our launcher (TORCHELASTIC_RUN_ID, RANK, ...)
-2. ``openmpi``    mpirun of OpenMPI (OMPI_COMM_WORLD_*)
-3. ``flux``       a Flux job's task (FLUX_TASK_RANK, FLUX_JOB_SIZE, FLUX_JOB_ID, ...)
-4. ``pbs``        PBS Pro's mpiexec with HPE PALS (PALS_RANKID, PMI_SIZE, PBS_NODEFILE, PBS_JOBID)
-5. ``mpich``      MPICH / Intel MPI (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID) and MVAPICH
+2. ``ray_train`` a Ray Train worker (RAY_JOB_ID with RANK, WORLD_SIZE, NODE_RANK, MASTER_ADDR)
+3. ``openmpi``    mpirun of OpenMPI (OMPI_COMM_WORLD_*)
+4. ``flux``       a Flux job's task (FLUX_TASK_RANK, FLUX_JOB_SIZE, FLUX_JOB_ID, ...)
+5. ``pbs``        PBS Pro's mpiexec with HPE PALS (PALS_RANKID, PMI_SIZE, PBS_NODEFILE, PBS_JOBID)
+6. ``mpich``      MPICH / Intel MPI (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID) and MVAPICH
                   (MV2_COMM_WORLD_*)
-6. ``slurm``      an ``srun`` step (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST, ...)
-7. ``lsf``        IBM LSF jsrun (JSM_NAMESPACE_*, LSB_*)
-8. ``skypilot``   a SkyPilot ``run`` command, one process per node (SKYPILOT_NODE_RANK,
+7. ``slurm``      an ``srun`` step (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST, ...)
+8. ``lsf``        IBM LSF jsrun (JSM_NAMESPACE_*, LSB_*)
+9. ``skypilot``   a SkyPilot ``run`` command, one process per node (SKYPILOT_NODE_RANK,
                   SKYPILOT_NODE_IPS, SKYPILOT_NUM_NODES, SKYPILOT_TASK_ID)
-9. ``kubeflow_trainer`` a Kubeflow Trainer v2 TrainJob pod started without a launcher, one
+10. ``kubeflow_trainer`` a Kubeflow Trainer v2 TrainJob pod started without a launcher, one
                   process per node (KUBERNETES_SERVICE_HOST + PET_NNODES, PET_NODE_RANK, ...)
-10. ``kubernetes`` a PyTorchJob or Indexed Job pod (KUBERNETES_SERVICE_HOST + RANK or
+11. ``kubernetes`` a PyTorchJob or Indexed Job pod (KUBERNETES_SERVICE_HOST + RANK or
                   JOB_COMPLETION_INDEX, WORLD_SIZE, MASTER_ADDR)
-11. ``env``       plain RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
-12. ``local``     one process, world size 1
+12. ``env``       plain RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
+13. ``local``     one process, world size 1
 
 Why this order: the most specific launcher wins. torchrun first, because its workers may
 also carry the variables of the scheduler that started torchrun (SLURM_PROCID of the one
-srun task per node). MPI before SLURM, because ``mpirun`` inside an allocation starts its
-daemons with srun, so its ranks inherit the daemon's SLURM_PROCID, not their own rank.
-Flux before SLURM for the same reason (a Flux instance started by srun passes its broker's
+srun task per node). Ray Train next: Ray's workers inherit whatever started the raylet (an
+srun step's SLURM_PROCID, mpirun's OMPI_*, a KubeRay pod's KUBERNETES_SERVICE_HOST), which
+describes the raylet, not the worker. MPI before SLURM, because ``mpirun`` inside an
+allocation starts its daemons with srun, so its ranks inherit the daemon's SLURM_PROCID,
+not their own rank. Flux before SLURM for the same reason (a Flux instance started by srun passes its broker's
 SLURM_* to every task). Flux and PALS before ``mpich``: their ranks also carry PMI_RANK and
 PMI_SIZE, and they say more (the node, the job id, the hosts). SkyPilot after the MPIs and
 schedulers, since its ``run`` command often starts one of those. A Kubeflow TrainJob pod
@@ -60,6 +63,7 @@ from neural_arch.distributed.env import (
     openmpi,
     pbs,
     plain,
+    ray_train,
     skypilot,
     slurm,
     torchrun,
@@ -71,6 +75,7 @@ SchedulerJob = Optional[Callable[[Environ], Optional[str]]]
 
 DETECTORS: tuple[tuple[str, Detector, SchedulerJob], ...] = (
     ("torchrun", torchrun.detect, None),
+    ("ray_train", ray_train.detect, None),
     ("openmpi", openmpi.detect, None),
     ("flux", flux.detect, flux.scheduler_job),
     ("pbs", pbs.detect, pbs.scheduler_job),
