@@ -33,6 +33,6 @@ COPY examples/ examples/
 
 # Run as a user, not root; the run directory is a mounted volume (/runs) or the working directory.
 RUN useradd --create-home --uid 1000 trainer && mkdir -p /runs && chown trainer /app /runs
-USER trainer
+USER 1000
 
 CMD ["neural-arch", "--help"]

