@@ -33,7 +33,7 @@ import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timezone
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 from neural_arch.distributed.env.kubeflow_trainer import TrainerStatusServer, status_server
 from neural_arch.training.callbacks import Callback, FinishEvent, StepEvent, ValidationEvent
@@ -163,6 +163,17 @@ class KubeflowProgress(Callback):
         except (OSError, ValueError) as e:  # HTTP, TLS, socket and token file errors are OSErrors
             if self.failure is None:
                 self.failure = _reason(e)
+
+
+def with_trainjob_progress(
+    callbacks: Sequence[Callback], environ: Optional[Mapping[str, str]] = None
+) -> list[Callback]:
+    """``callbacks`` plus a ``KubeflowProgress`` where this pod's TrainJob has a status server and
+    none of ``callbacks`` reports there already (what the trainer calls, so a run reports by itself)."""
+    if any(isinstance(callback, KubeflowProgress) for callback in callbacks):
+        return list(callbacks)
+    reporter = KubeflowProgress.from_environment(environ)
+    return [*callbacks, *([reporter] if reporter is not None else [])]
 
 
 def _reason(error: Exception) -> str:

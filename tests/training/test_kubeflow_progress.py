@@ -18,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from neural_arch.distributed.env.kubeflow_trainer import TrainerStatusServer
-from neural_arch.training.callbacks import FinishEvent, StepEvent, ValidationEvent
-from neural_arch.training.kubeflow_progress import KubeflowProgress
+from neural_arch.training.callbacks import Callback, FinishEvent, StepEvent, ValidationEvent
+from neural_arch.training.kubeflow_progress import KubeflowProgress, with_trainjob_progress
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for a test CA")
 
@@ -211,3 +211,20 @@ def test_a_training_run_reports_to_its_trainjob(server, tmp_path):
     assert percents == sorted(percents) and percents[-1] == 100 and bodies[-1]["estimatedRemainingSeconds"] == 0
     last = {m["name"]: m["value"] for m in bodies[-1]["metrics"]}
     assert last["val/loss"] == f"{final['val/loss']:.8g}"
+
+
+def test_with_trainjob_progress_adds_one_reporter_only_where_the_pod_has_a_status_server(tmp_path):
+    env = {
+        "KUBEFLOW_TRAINER_SERVER_URL": "https://x" + PATH,
+        "KUBEFLOW_TRAINER_SERVER_TOKEN": str(tmp_path / "token"),
+        "KUBEFLOW_TRAINER_SERVER_CA_CERT": str(tmp_path / "ca.crt"),
+    }
+    mine = Callback()
+    assert with_trainjob_progress([mine], {}) == [mine]
+    added = with_trainjob_progress([mine], env)
+    assert (
+        added[0] is mine
+        and isinstance(added[1], KubeflowProgress)
+        and added[1].server.url == env["KUBEFLOW_TRAINER_SERVER_URL"]
+    )
+    assert with_trainjob_progress(added, env) == added  # one given already: not a second
