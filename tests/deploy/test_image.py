@@ -24,6 +24,7 @@ import yaml
 from neural_arch.distributed.launcher.args import parse_launch_args
 from neural_arch.training.recipes import recipe_names
 from tests.helpers.paths import REPO
+from tests.helpers.trainjob import expand, trainjob
 
 IMAGE = "neural-arch:latest"
 DOCKERFILE = REPO / "Dockerfile"
@@ -84,19 +85,8 @@ def test_every_manifest_runs_the_image_the_dockerfile_builds():
     assert examples and all((REPO / example).is_file() for example in examples)  # COPY examples/ to /app
 
 
-def expand(text: str, env: dict) -> str:
-    """Kubernetes' expansion of ``$(VAR)`` in a container's command and args (``$$`` escapes)."""
-    return re.sub(
-        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: "$" if m.group(0) == "$$" else env[m.group(1)], text
-    )
-
-
 def test_the_trainjob_command_is_our_launcher_with_trainers_values():
-    doc = next(
-        d
-        for d in yaml.safe_load_all((REPO / "deploy/kubernetes/trainjob.yaml").read_text())
-        if d and d["kind"] == "TrainJob"
-    )
+    doc = trainjob()
     trainer, name = doc["spec"]["trainer"], doc["metadata"]["name"]
     # What the torch plugin sets on node 1 (kubeflow/trainer v2.3.0 plugins/torch/torch.go).
     pod = {
