@@ -15,11 +15,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from neural_arch.cli.train import add_config_arguments, nproc_value, without_nproc
 from neural_arch.cli.usage import command_parser, run_reporting
 from neural_arch.training.typed_config import ConfigError
+
+if TYPE_CHECKING:  # imported lazily at run time, so `--help` and usage errors stay fast
+    from neural_arch.training.config import Config
 
 PROG = "neural-arch evaluate"
 
@@ -59,14 +62,15 @@ def _evaluate_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
     from neural_arch.distributed.env import detect_cluster_env
     from neural_arch.training.config import load_config
 
-    cfg = load_config(_config_file(ns), ns.overrides, world_size=ns.nproc_per_node)  # mistakes: one line, now
-    if ns.nproc_per_node > 1 and detect_cluster_env().world_size == 1:
+    world = detect_cluster_env().world_size
+    if ns.nproc_per_node > 1 and world == 1:
         import os
 
         from neural_arch.cli.train import check_nproc
         from neural_arch.distributed.launcher import DistributedLauncher, LaunchConfig
 
         check_nproc(ns.nproc_per_node, "--nproc-per-node", os.cpu_count() or 1)
+        cfg = load_config(_config_file(ns), ns.overrides, world_size=ns.nproc_per_node)  # mistakes: one line, now
         launch = LaunchConfig(
             nproc_per_node=ns.nproc_per_node,
             timeout=cfg.training.timeout,
@@ -74,28 +78,34 @@ def _evaluate_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
             rank0_only=True,
         )
         return DistributedLauncher(launch).launch(__file__, *without_nproc(argv))
-    return worker_main(argv)
+    return _evaluate_here(ns, load_config(_config_file(ns), ns.overrides, world_size=world))
 
 
 def worker_main(argv: Optional[Sequence[str]] = None) -> int:
-    """Evaluate in this process, as one rank of whatever job it belongs to; rank 0 reports."""
+    """Evaluate in this process, as one rank of whatever job it belongs to (the workers' entry)."""
     ns = build_parser().parse_args(argv)
 
     def evaluate_here() -> int:
-        import neural_arch.distributed as nd
         from neural_arch.distributed.env import detect_cluster_env
-        from neural_arch.training.checkpoint_eval import evaluate_checkpoint
         from neural_arch.training.config import load_config
 
-        cfg = load_config(_config_file(ns), ns.overrides, world_size=detect_cluster_env().world_size)
-        step, metrics = evaluate_checkpoint(cfg, ns.path)
-        if nd.get_rank() == 0:
-            _report(ns, step, metrics, nd.get_world_size())
-        return 0
+        world = detect_cluster_env().world_size
+        return _evaluate_here(ns, load_config(_config_file(ns), ns.overrides, world_size=world))
 
     from neural_arch.distributed.checkpoint.errors import CheckpointError
 
     return run_reporting(PROG, evaluate_here, ConfigError, CheckpointError)
+
+
+def _evaluate_here(ns: argparse.Namespace, cfg: Config) -> int:
+    """The checked ``cfg``'s metrics on the checkpoint at ``ns.path``; rank 0 reports them."""
+    import neural_arch.distributed as nd
+    from neural_arch.training.checkpoint_eval import evaluate_checkpoint
+
+    step, metrics = evaluate_checkpoint(cfg, ns.path)
+    if nd.get_rank() == 0:
+        _report(ns, step, metrics, nd.get_world_size())
+    return 0
 
 
 def _report(ns: argparse.Namespace, step: int, metrics: dict[str, float], world_size: int) -> None:

@@ -79,28 +79,31 @@ def nproc_value(text: str) -> int:
 def main(argv: Sequence[str]) -> int:
     """``neural-arch train``: start the workers through the launcher, or train in this process."""
     ns = build_parser().parse_args(argv)
-    return run_reporting(PROG, lambda: _train_or_launch(ns, list(argv)), ConfigError)
+    return run_reporting(PROG, lambda: _train_or_launch(ns, list(argv)), ConfigError, CheckpointError)
 
 
 def _train_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
+    """Read the config, check it once for the world it will run on, then launch or train here."""
     from neural_arch.distributed.env import detect_cluster_env
+    from neural_arch.training.config import read_config
 
-    cfg = _checked_config(ns, None)
+    cfg = read_config(ns.config, ns.overrides)  # keys and types; the rest once the world size is known
     given = ns.nproc_per_node is not None
     nproc = ns.nproc_per_node if given else cfg.training.nproc_per_node
     check_nproc(nproc, "--nproc-per-node" if given else "training.nproc_per_node", os.cpu_count() or 1)
-    if nproc > 1 and detect_cluster_env().world_size == 1:
-        from neural_arch.training.config import validate_config
+    world = detect_cluster_env().world_size
+    if nproc > 1 and world == 1:
         from neural_arch.training.run_lock import RunDirLock
 
-        validate_config(cfg, world_size=nproc)  # the loaded config on nproc ranks, before any process starts
+        _check(cfg, ns, nproc)  # the config on nproc ranks, before any data is made or process started
         RunDirLock.probe(Path(cfg.run.dir))  # another job there: one line now, not after starting workers
         if _finished(cfg, ns):
             return 0
         return _launch_workers(cfg, nproc, without_nproc(argv))
-    if detect_cluster_env().world_size == 1 and _finished(cfg, ns):  # this command is the whole job
+    _check(cfg, ns, world)  # this process is a rank of a world already there (or the whole job)
+    if world == 1 and _finished(cfg, ns):  # this command is the whole job
         return 0
-    return worker_main(without_nproc(argv))
+    return _train_here(cfg, ns)
 
 
 def _finished(cfg: Config, ns: argparse.Namespace) -> bool:
@@ -126,17 +129,18 @@ def check_nproc(nproc: int, where: str, cores: int) -> None:
         )
 
 
-def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> Config:
-    """The validated config, for ``world_size`` ranks; its task's data must exist, or be asked
-    for with inputs the task accepts."""
+def _check(cfg: Config, ns: argparse.Namespace, world_size: int) -> None:
+    """``cfg`` on ``world_size`` ranks: ``validate_config`` (every range and cross-field rule, the
+    layout's included), then what this machine and the task's data must offer; its task's data
+    must exist, or be asked for with inputs the task accepts. One-line ConfigErrors."""
     import torch
 
-    from neural_arch.training.config import load_config
+    from neural_arch.training.config import validate_config
     from neural_arch.training.device_check import check_devices
     from neural_arch.training.registry import task_class
     from neural_arch.training.tracking_common import require_packages
 
-    cfg = load_config(ns.config, ns.overrides, world_size=world_size)
+    validate_config(cfg, world_size=world_size)
     check_devices(cfg, cuda=torch.cuda.is_available())  # before any data is made or worker started
     require_packages(cfg)  # MLflow, W&B: one line now, not an error on rank 0 while the others wait
     task = task_class(cfg.run.task)
@@ -145,7 +149,6 @@ def _checked_config(ns: argparse.Namespace, world_size: Optional[int]) -> Config
         raise ConfigError(missing)
     if missing is not None:
         task.check_data_inputs(cfg)  # a bad data source is one line now, not a failure on every rank
-    return cfg
 
 
 def _launch_workers(cfg: Config, nproc: int, worker_argv: list[str]) -> int:
@@ -205,24 +208,32 @@ def without_nproc(argv: list[str]) -> list[str]:
 
 
 def worker_main(argv: Optional[Sequence[str]] = None) -> int:
-    """Train in this process, as one rank of whatever job it belongs to."""
+    """Train in this process, as one rank of whatever job it belongs to (the workers' entry)."""
     ns = build_parser().parse_args(argv)
 
     def train_here() -> int:
         from neural_arch.distributed.env import detect_cluster_env
-        from neural_arch.training.stop import TrainingStopped
-        from neural_arch.training.trainer import train
+        from neural_arch.training.config import read_config
 
-        cfg = _checked_config(ns, detect_cluster_env().world_size)
-        try:
-            train(cfg, resume=ns.resume, create_data=ns.create_data)
-        except TrainingStopped as stopped:  # a signal, handled: saved, and the way on is said
-            if stopped.rank == 0:
-                print(f"{PROG}: {stopped}", file=sys.stderr, flush=True)
-            return stopped.exit_code
-        return 0
+        cfg = read_config(ns.config, ns.overrides)
+        _check(cfg, ns, detect_cluster_env().world_size)  # the world that started: torchrun/srun may name another
+        return _train_here(cfg, ns)
 
     return run_reporting(PROG, train_here, ConfigError, CheckpointError)  # e.g. --resume names an unusable step
+
+
+def _train_here(cfg: Config, ns: argparse.Namespace) -> int:
+    """Train the checked ``cfg`` in this process; the exit status."""
+    from neural_arch.training.stop import TrainingStopped
+    from neural_arch.training.trainer import train
+
+    try:
+        train(cfg, resume=ns.resume, create_data=ns.create_data)
+    except TrainingStopped as stopped:  # a signal, handled: saved, and the way on is said
+        if stopped.rank == 0:
+            print(f"{PROG}: {stopped}", file=sys.stderr, flush=True)
+        return stopped.exit_code
+    return 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import torch
 import yaml
 
 from neural_arch.distributed.data_parallel.compression import Compression
@@ -35,7 +34,7 @@ from neural_arch.training.config_sections import (
     TrainingConfig,
 )
 from neural_arch.training.config_source import apply_override, read_yaml, task_name
-from neural_arch.training.layout_check import checked_layout, layout_active
+from neural_arch.training.layout_check import check_layout
 from neural_arch.training.profiling import ProfilingConfig
 from neural_arch.training.recipes import config_file
 from neural_arch.training.registry import task_class
@@ -53,6 +52,7 @@ __all__ = [
     "TrainingConfig",
     "config_to_dict",
     "load_config",
+    "read_config",
     "save_config",
     "section_types",
     "validate_config",
@@ -132,11 +132,21 @@ def load_config(
     path: Optional[str | Path] = None, overrides: Sequence[str] = (), *, world_size: Optional[int] = None
 ) -> Config:
     """Defaults, then the YAML file at ``path`` (if any; or a recipe's name: recipes.py), then
-    ``overrides``, then validation.
+    ``overrides``, then validation (``validate_config``).
 
-    ``world_size``: ranks the run will use, for the batch divisibility check; when None and
-    ``training.distributed`` is true, ``training.nproc_per_node`` stands in for it.
+    ``world_size``: ranks the run will use, for the layout and batch divisibility checks; when
+    None and ``training.distributed`` is true, ``training.nproc_per_node`` stands in for it.
     """
+    cfg = read_config(path, overrides)
+    validate_config(cfg, world_size=world_size)
+    return cfg
+
+
+def read_config(path: Optional[str | Path] = None, overrides: Sequence[str] = ()) -> Config:
+    """``load_config`` without the range and cross-field checks: every key and type is checked,
+    but the config is not valid until ``validate_config`` says so. For a caller that learns the
+    world size from the config itself (``neural-arch train``: ``training.nproc_per_node``) and
+    checks once for that world."""
     raw = read_yaml(config_file(path), Config) if path is not None else {}
     task = task_class(task_name(raw, overrides, RunConfig.task))  # the task decides what model:/data: may hold
     sections = section_types(task)
@@ -145,9 +155,7 @@ def load_config(
     for name in raw:
         if name not in sections:
             unknown("", name, Config)
-    cfg = Config(**{name: build(cls, raw.get(name), name) for name, cls in sections.items()})
-    validate_config(cfg, world_size=world_size)
-    return cfg
+    return Config(**{name: build(cls, raw.get(name), name) for name, cls in sections.items()})
 
 
 def section_types(task: type[Task]) -> dict[str, type]:
@@ -157,46 +165,50 @@ def section_types(task: type[Task]) -> dict[str, type]:
     return {name: own.get(name) or hints[name] for name in names(Config)}
 
 
+_VALIDATED: set[str] = set()
+"""The (config, world size) pairs this process has validated, by value (``_validated_key``)."""
+
+
 def validate_config(cfg: Config, *, world_size: Optional[int] = None) -> None:
-    """Range and cross-field checks; the trainer can repeat them once the real world size is known."""
-    task = task_class(cfg.run.task)
-    for key, (ok, allowed) in {**_RANGES, **task.SECTIONS.ranges}.items():
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if value is not None and not ok(value):
-            raise ConfigError(f"{key}={show(value)} is out of range: must be {allowed}")
-    task.SECTIONS.validate(cfg)
+    """Range and cross-field checks, for ``world_size`` ranks (None: unknown yet; with
+    ``training.distributed``, ``training.nproc_per_node`` stands in); a one-line ConfigError.
+
+    Run before anything starts (``neural-arch train`` in the launching process), and again by
+    each worker for the world that did start (run_start.py: torchrun, srun or mpirun may start
+    one the config did not name). A process checks a given config on a given world once: an
+    equal config on the same world passed already answers at once, so a worker's second call
+    (the CLI's check, then the trainer's) costs one comparison. A config edited since is a
+    new one and is checked again."""
     if world_size is None and cfg.training.distributed:
         world_size = cfg.training.nproc_per_node
-    dp_ranks = world_size
-    if layout_active(cfg.parallel):
-        dp_ranks = checked_layout(cfg.parallel, world_size, task, cfg)
-    check_batch_sizes(cfg.training, world_size, dp_ranks, cfg.parallel.microbatches)
-    if cfg.ddp.compression != "none" and layout_active(cfg.parallel):
-        raise ConfigError(
-            f"ddp.compression={cfg.ddp.compression} with a parallel: layout: compression applies to plain "
-            "DDP's gradient all-reduce only; set ddp.compression=none or leave parallel: at its defaults"
-        )
+    key = _validated_key(cfg, world_size)
+    if key in _VALIDATED:
+        return
+    task = task_class(cfg.run.task)
+    for rule_key, (ok, allowed) in {**_RANGES, **task.SECTIONS.ranges}.items():
+        section, name = rule_key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value is not None and not ok(value):
+            raise ConfigError(f"{rule_key}={show(value)} is out of range: must be {allowed}")
+    task.SECTIONS.validate(cfg)
+    dp_ranks = check_layout(cfg, world_size, task)  # every rule of the parallel: section (layout_check.py)
+    check_batch_sizes(cfg.training, world_size, dp_ranks, cfg.parallel.microbatches or 1)
     if world_size is not None and any(not 0 <= r < world_size for r in cfg.profiling.ranks):
         raise ConfigError(
             f"profiling.ranks={cfg.profiling.ranks} names a rank outside this world of {world_size}; "
             f"choose among 0..{world_size - 1}"
-        )
-    if cfg.parallel.cpu_offload and not torch.cuda.is_available():
-        raise ConfigError(
-            "parallel.cpu_offload=true moves FSDP's shards to host memory on a CUDA run, but this machine has "
-            "no CUDA device (on the CPU they are in host memory already); set parallel.cpu_offload=false"
         )
     if cfg.training.data_workers and not cfg.training.prefetch:
         raise ConfigError(
             f"training.data_workers={cfg.training.data_workers} builds batches ahead, which training.prefetch=false "
             "forbids (batch() draws from the global RNG); set training.data_workers=0 or training.prefetch=true"
         )
-    if cfg.training.compile and layout_active(cfg.parallel):
-        raise ConfigError(
-            "training.compile=true with a parallel: layout: compile is supported with plain data "
-            "parallelism only; set training.compile=false or leave parallel: at its defaults"
-        )
+    _VALIDATED.add(key)
+
+
+def _validated_key(cfg: Config, world_size: Optional[int]) -> str:
+    # Every field's value with its type (repr: 1 and True, 2 and 2.0 differ), whatever the task's sections hold.
+    return f"{config_to_dict(cfg)!r} on {world_size!r}"
 
 
 def config_to_dict(cfg: Config) -> dict:

@@ -37,7 +37,7 @@ def place_model(task: Task, cfg: Config, device: torch.device) -> Placement:
     host nor device ever holds the whole model, and the initial weights are bitwise one process's."""
     if not layout_active(cfg.parallel):
         return _replicated(task, cfg, device)
-    layout = cfg.parallel  # checked for this world by validate_config (run_start.py), again by build_mesh
+    layout = cfg.parallel  # checked for this world by validate_config (run_start.py); build_mesh reuses that check
     model, materialize = _build_deferred(task)
     exact_batch_coupling(model, cfg, layout)
     mesh = par.build_mesh(layout, device_type=device.type)

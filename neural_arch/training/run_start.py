@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, cast
 
 import torch
 
@@ -26,11 +26,12 @@ from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, validate_config
 from neural_arch.training.finished_run import finished_summary, nothing_to_do_line
 from neural_arch.training.init_from import init_weights_from
-from neural_arch.training.layout_check import layout_active
+from neural_arch.training.layout_check import check_offload_device, layout_active
 from neural_arch.training.malloc import return_large_frees
 from neural_arch.training.registry import task_class
 from neural_arch.training.rng import seed_rank
 from neural_arch.training.run_lock import RunDirLock
+from neural_arch.training.task import Task
 from neural_arch.training.typed_config import ConfigError
 
 LARGE_BLOCK = 32 << 10
@@ -52,7 +53,7 @@ def claimed_run_dir(cfg: Config) -> Iterator[Path]:
             lock = RunDirLock.acquire(run_dir)
         except ConfigError as exc:
             refused = str(exc)
-    refused = nd.all_gather_object(refused)[0]
+    refused = cast(Optional[str], nd.all_gather_object(refused)[0])  # rank 0's
     if refused is not None:
         raise ConfigError(refused)
     try:
@@ -64,14 +65,10 @@ def claimed_run_dir(cfg: Config) -> Iterator[Path]:
 
 def build_components(cfg: Config, create_data: bool) -> TrainingComponents:
     """Check the config against the world that started, create the data if asked, seed, build."""
-    validate_config(cfg, world_size=nd.get_world_size())  # torchrun/srun may start a world the config did not name
+    # torchrun/srun may start a world the config did not name; free when the CLI checked this world already
+    validate_config(cfg, world_size=nd.get_world_size())
     device = torch.device("cuda", torch.cuda.current_device()) if nd.get_backend() == "nccl" else torch.device("cpu")
-    if cfg.parallel.cpu_offload and device.type != "cuda":
-        raise ConfigError(
-            f"parallel.cpu_offload=true moves FSDP's shards to host memory on a CUDA run, but this run computes "
-            f"on the CPU (backend {nd.get_backend()}), where they are in host memory already; set "
-            "parallel.cpu_offload=false"
-        )
+    check_offload_device(cfg.parallel, device, nd.get_backend())
     if layout_active(cfg.parallel):  # gathered blocks come and go every step: return them (malloc.py)
         return_large_frees(LARGE_BLOCK)
     task = task_class(cfg.run.task)
@@ -81,7 +78,7 @@ def build_components(cfg: Config, create_data: bool) -> TrainingComponents:
     return TrainingComponents.build(cfg, device)
 
 
-def _data_missing_on_rank_0(task: type, cfg: Config) -> bool:
+def _data_missing_on_rank_0(task: type[Task], cfg: Config) -> bool:
     """Rank 0's answer, on every rank: a rank asking later could find the store that rank 0 has
     begun to create and skip the (collective) creation. A store rank 0 refuses (ConfigError:
     damaged, wrong layout) is refused on every rank with the same line."""
@@ -91,7 +88,7 @@ def _data_missing_on_rank_0(task: type, cfg: Config) -> bool:
             answer = (task.data_missing(cfg) is not None, None)
         except ConfigError as exc:
             answer = (False, str(exc))
-    missing, refused = nd.all_gather_object(answer)[0]
+    missing, refused = cast(tuple[bool, Optional[str]], nd.all_gather_object(answer)[0])
     if refused is not None:
         raise ConfigError(refused)
     return missing
@@ -146,7 +143,7 @@ def _restore_failure(components: TrainingComponents, state: dict[str, Any], step
     except Exception as exc:  # noqa: BLE001 - whatever fails, this checkpoint does not fit: fall back, naming it
         text = " ".join(str(exc).split()) or type(exc).__name__
         why = text if len(text) <= 1000 else text[:997] + "..."  # one line, even for torch's long ones
-    return next((w for w in nd.all_gather_object(why) if w is not None), None)
+    return next((cast(str, w) for w in nd.all_gather_object(why) if w is not None), None)
 
 
 def finished_run_metrics(components: TrainingComponents, run_dir: Path) -> dict[str, float]:

@@ -3,6 +3,11 @@
 Use: ``layout = ParallelLayout(dp_shard=2, tp=2); validate(layout, world_size=4)``; then
 ``build_mesh(layout)`` (mesh.py) and the ``apply_*`` functions.
 
+``validate`` is the one function that holds the rules of a layout. Every check goes through
+it: the config's (training/layout_check.py, before any process starts and again in each
+worker for the world that started) and ``build_mesh``'s; a process runs the rules at most once
+for a given (layout, world size) and every later call answers from that result.
+
 The four sizes multiply to the world size. ``dp_replicate`` x ``dp_shard`` ranks see
 different samples (``dp_size``); the ``tp`` ranks of one tensor-parallel group and the
 ``pp`` ranks of one pipeline see the *same* samples, so they never count in the loss
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, cast
 
 import torch
 
@@ -92,8 +97,32 @@ class ParallelLayout:
         return self.pp * self.stages_per_rank
 
 
+_CHECKED: set[str] = set()
+"""The (layout, world size) pairs this process has checked, as ``_key`` writes them: ``validate``
+runs the rules once per pair, keyed by value (an equal layout built again is the same pair)."""
+
+
 def validate(layout: ParallelLayout, world_size: int) -> ParallelLayout:
-    """Return ``layout`` if it can run on ``world_size`` ranks; else raise a one-line ``ValueError``."""
+    """Return ``layout`` if it can run on ``world_size`` ranks; else raise a one-line ``ValueError``.
+
+    The one place the layout's rules live (``_check_rules``). They run once per process for a
+    given (layout, world size): a pair that passed is remembered, so the next caller (the
+    worker's config check after the launcher's, ``build_mesh`` after the config's) gets the
+    answer without checking again. A layout that fails is checked (and refused) every time."""
+    key = _key(layout, world_size)
+    if key not in _CHECKED:
+        _check_rules(layout, world_size)
+        _CHECKED.add(key)
+    return layout
+
+
+def _key(layout: ParallelLayout, world_size: int) -> str:
+    # repr, not the dataclass's equality: True == 1 and 2.0 == 2, but only the int is a valid size
+    return f"{layout!r} on {world_size!r}"
+
+
+def _check_rules(layout: ParallelLayout, world_size: int) -> None:
+    """Every rule of a layout on ``world_size`` ranks (called by ``validate`` only)."""
     sizes = ("dp_replicate", "dp_shard", "tp", "pp", "microbatches")
     for key in sizes:
         _check_positive(key, getattr(layout, key))
@@ -105,27 +134,27 @@ def validate(layout: ParallelLayout, world_size: int) -> ParallelLayout:
             _check_choice(key, value, tuple(DTYPES))
     _check_sequence_parallel(layout)
     _check_cpu_offload(layout)
+    microbatches = cast(int, layout.microbatches)  # a count since __post_init__, positive as checked above
     if layout.world_size != world_size:
         raise ValueError(
             f"parallel: dp_replicate*dp_shard*tp*pp = {layout.dp_replicate}*{layout.dp_shard}*{layout.tp}*{layout.pp}"
             f" = {layout.world_size} but the world has {world_size} processes; make the product {world_size}"
         )
-    if layout.pp > 1 and layout.microbatches < layout.pp:
+    if layout.pp > 1 and microbatches < layout.pp:
         raise ValueError(
-            f"parallel.microbatches={layout.microbatches} is less than pp={layout.pp}; a pipeline "
+            f"parallel.microbatches={microbatches} is less than pp={layout.pp}; a pipeline "
             f"needs at least one micro-batch per stage rank: set microbatches >= {layout.pp}"
         )
-    if layout.pp > 1 and layout.pp_schedule in MULTI_STAGE_SCHEDULES and layout.microbatches % layout.pp:
+    if layout.pp > 1 and layout.pp_schedule in MULTI_STAGE_SCHEDULES and microbatches % layout.pp:
         raise ValueError(
-            f"parallel.microbatches={layout.microbatches} with pp_schedule={layout.pp_schedule!r} "
-            f"must be a multiple of pp={layout.pp}; e.g. microbatches={_round_up(layout.microbatches, layout.pp)}"
+            f"parallel.microbatches={microbatches} with pp_schedule={layout.pp_schedule!r} "
+            f"must be a multiple of pp={layout.pp}; e.g. microbatches={_round_up(microbatches, layout.pp)}"
         )
-    if layout.pp == 1 and layout.microbatches != 1:
+    if layout.pp == 1 and microbatches != 1:
         raise ValueError(
-            f"parallel.microbatches={layout.microbatches} splits a pipeline step but pp=1; set "
+            f"parallel.microbatches={microbatches} splits a pipeline step but pp=1; set "
             "microbatches=1 (use gradient accumulation to split a batch without a pipeline)"
         )
-    return layout
 
 
 def validate_model(layout: ParallelLayout, n_blocks: int, n_heads: Optional[int] = None) -> None:

@@ -25,7 +25,10 @@ DP_DIMS: tuple[str, ...] = ("dp_replicate", "dp_shard")
 
 
 def build_mesh(layout: ParallelLayout, device_type: str = "cpu") -> DeviceMesh:
-    """A ``DeviceMesh`` over the default process group with the layout's four named dims."""
+    """A ``DeviceMesh`` over the default process group with the layout's four named dims.
+
+    ``layout`` must fit this world: ``validate`` says so at no cost for a layout the config's
+    check already passed for it (the trainer's), and checks one built in Python here."""
     validate(layout, get_world_size())
     shape = tuple(getattr(layout, name) for name in MESH_DIMS)
     mesh = init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
