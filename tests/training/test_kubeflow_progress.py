@@ -228,3 +228,22 @@ def test_with_trainjob_progress_adds_one_reporter_only_where_the_pod_has_a_statu
         and added[1].server.url == env["KUBEFLOW_TRAINER_SERVER_URL"]
     )
     assert with_trainjob_progress(added, env) == added  # one given already: not a second
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="trainer.py does not call kubeflow_progress.with_trainjob_progress yet (the one line in H6's report); "
+    "remove this mark when it does",
+)
+def test_a_run_in_a_trainjob_pod_reports_by_itself(server, tmp_path, monkeypatch):
+    """``train(cfg)`` with no callbacks, in a pod whose environment names the status server."""
+    from neural_arch.training.config import load_config
+    from neural_arch.training.trainer import train
+
+    running, endpoint = server
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_URL", endpoint.url)
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_TOKEN", endpoint.token_file)
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_CA_CERT", endpoint.ca_cert_file)
+    train(load_config("tiny", [f"run.dir={tmp_path / 'run'}", "logging.progress=false"]))
+    assert running.requests and running.bodies()[-1]["progressPercentage"] == 100
+    assert {headers["Authorization"] for _, _, headers, _ in running.requests} == {f"Bearer {TOKEN}"}
