@@ -15,16 +15,18 @@ whose URL, CA certificate and token file the pod's environment names
 "value"}], "lastUpdatedTime"}}`` with ``Authorization: Bearer <token>``, as kubeflow/trainer's
 ``UpdateTrainJobStatusRequest`` (pkg/statusserver, v2.3.0). The estimate is the time per step
 measured in this process since its first step (a resumed run counts only what it trained), times
-the steps left. Why this way: a post runs in one background thread, at most one at a time and
-one every ``min_interval`` seconds (the controller asks for at most one every 5 s), so a slow or
-dead server never slows a step; a failed post is one warning, never an error, and the next
-posts are still tried. The token rotates, so it is read again for every post.
+the steps left; the metrics are the latest row's and validation's, losses first, per-rank
+timings left out (the API keeps 256). Why this way: a post runs in one background thread, at
+most one at a time and one every ``min_interval`` seconds (the controller asks for at most one
+every 5 s), so a slow or dead server never slows a step; a failed post is one warning, never an
+error, and the next posts are still tried. The token rotates, so it is read again for every post.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import ssl
 import time
 import urllib.error
@@ -40,6 +42,7 @@ from neural_arch.training.callbacks import Callback, FinishEvent, StepEvent, Val
 
 MAX_METRICS, MAX_TEXT = 256, 64
 """The TrainJob API's limits: at most 256 metrics, names and values at most 64 characters."""
+PER_RANK = re.compile(r"/rank\d+$")
 
 
 def status_body(
@@ -50,12 +53,23 @@ def status_body(
     status: dict = {"progressPercentage": max(0, min(100, int(percent)))}
     if remaining_s is not None and math.isfinite(remaining_s):
         status["estimatedRemainingSeconds"] = max(0, min(2**31 - 1, round(remaining_s)))
-    named = [(name, value) for name, value in sorted(metrics.items()) if 0 < len(name) <= MAX_TEXT]
+    named = sorted((_order(name), name, value) for name, value in metrics.items() if _shown(name))
     if named:
-        status["metrics"] = [{"name": name, "value": f"{float(value):.8g}"} for name, value in named[:MAX_METRICS]]
+        status["metrics"] = [{"name": name, "value": f"{float(value):.8g}"} for _, name, value in named[:MAX_METRICS]]
     when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     status["lastUpdatedTime"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"trainerStatus": status}
+
+
+def _shown(name: str) -> bool:
+    """A metric the status shows: within the API's name limit, and not one rank's own timing
+    (``perf/compute_s/rank7``: one per rank would crowd out the losses in a large job)."""
+    return 0 < len(name) <= MAX_TEXT and PER_RANK.search(name) is None
+
+
+def _order(name: str) -> int:
+    """Order in the status: losses and task metrics first, then the rest (``lr``, ``perf/*``)."""
+    return 0 if name.startswith(("val/", "train/")) else 1
 
 
 def post_status(server: TrainerStatusServer, body: dict, timeout: float = 5.0) -> None:

@@ -13,13 +13,14 @@ import shutil
 import ssl
 import subprocess
 import threading
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from neural_arch.distributed.env.kubeflow_trainer import TrainerStatusServer
 from neural_arch.training.callbacks import Callback, FinishEvent, StepEvent, ValidationEvent
-from neural_arch.training.kubeflow_progress import KubeflowProgress, with_trainjob_progress
+from neural_arch.training.kubeflow_progress import KubeflowProgress, status_body, with_trainjob_progress
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for a test CA")
 
@@ -247,3 +248,17 @@ def test_a_run_in_a_trainjob_pod_reports_by_itself(server, tmp_path, monkeypatch
     train(load_config("tiny", [f"run.dir={tmp_path / 'run'}", "logging.progress=false"]))
     assert running.requests and running.bodies()[-1]["progressPercentage"] == 100
     assert {headers["Authorization"] for _, _, headers, _ in running.requests} == {f"Bearer {TOKEN}"}
+
+
+def test_the_status_body_keeps_the_losses_within_the_apis_limits():
+    metrics = {f"perf/extra_{i:03d}": float(i) for i in range(300)}
+    metrics.update({f"perf/compute_s/rank{r}": 0.1 for r in range(64)})  # one per rank: left out
+    metrics.update({"train/loss": 0.25, "val/loss": float("nan"), "x" * 65: 1.0, "lr": 1e-3})
+    when = datetime(2026, 6, 12, 3, 0, 0, 500000, tzinfo=timezone.utc)
+    status = status_body(140, 12.6, metrics, now=when)["trainerStatus"]
+    assert status["progressPercentage"] == 100 and status["estimatedRemainingSeconds"] == 13
+    assert status["lastUpdatedTime"] == "2026-06-12T03:00:00Z"
+    shown = [(m["name"], m["value"]) for m in status["metrics"]]
+    assert len(shown) == 256 and shown[:2] == [("train/loss", "0.25"), ("val/loss", "nan")]
+    assert not any("/rank" in name or len(name) > 64 for name, _ in shown)
+    assert "estimatedRemainingSeconds" not in status_body(5, None, {})["trainerStatus"]
