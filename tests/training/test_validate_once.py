@@ -1,6 +1,6 @@
 """A layout is checked once per process: the rules live in one function and every other caller uses its result.
 
-Run: ``.venv/bin/python -m pytest tests/training/test_validate_once.py -q``
+Run: ``.venv/bin/python -m pytest tests/training/test_validate_once.py -q`` (about 20 s: one spawned 1-step rank)
 ``validate`` (distributed/parallel/layout.py) holds the layout's rules, ``check_layout``
 (training/layout_check.py) every rule of the ``parallel:`` section; ``validate_config`` calls
 the latter. ``neural-arch train`` checks in the launching process (before any worker starts), a
@@ -66,6 +66,7 @@ def train_one_rank(rank: int, world_size: int, run_dir: str) -> dict[str, int]:
     return dict(counts)
 
 
+@pytest.mark.multiprocess  # a spawned rank
 @pytest.mark.timeout(300)
 def test_a_rank_checks_its_layout_once(tmp_path):
     """The CLI worker checks the config, the trainer checks it again for the world it joined,
