@@ -112,7 +112,6 @@ _RANGES: dict[str, RangeRule] = {
     "checkpoint.keep_last": at_least(1),
     "checkpoint.resume": ((lambda v: v != ""), "'auto', 'none' or a checkpoint path"),
     "run.init_from": ((lambda v: v.strip() != ""), "a checkpoint path (or null)"),
-    "checkpoint.format": ((lambda v: v in ("auto", "full", "sharded")), "'auto', 'full' or 'sharded'"),
     "logging.every_steps": at_least(1),
     "logging.peak_flops": POSITIVE,
     "logging.straggler_threshold": POSITIVE,

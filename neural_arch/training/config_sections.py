@@ -104,7 +104,7 @@ class CheckpointConfig:
     """Checkpoints kept on disk (older ones are deleted after a successful save)."""
     resume: str = "auto"
     """``auto`` (newest in run.dir if any), ``none`` (start fresh) or a checkpoint path."""
-    format: str = "auto"
+    format: Literal["auto", "full", "sharded"] = "auto"
     """``sharded``: every rank writes its own shards with DCP (nothing is gathered, so a model too
     large for one process saves as fast as its ranks write); ``full``: rank 0 writes the whole
     single-process state, gathered from any layout (one file to hand over). ``auto``: sharded for

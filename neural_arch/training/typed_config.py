@@ -4,6 +4,10 @@ Used by config.py: ``build(Config, raw_dict, "")`` checks every key against the
 dataclass fields (unknown names get a "did you mean"), converts and type-checks values
 (int, float, bool, str, Literal choices, Optional, fixed tuples, lists, nested dataclasses)
 and raises ``ConfigError`` naming the key path and the bad value.
+
+A setting with a closed set of values is a ``Literal[...]`` (or ``Optional[Literal[...]]``) field:
+its value is checked here, generically, with one line naming the key, the value, every allowed
+value and the closest one; no section needs a hand-written check of its choices.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     if origin is Literal:
         if isinstance(value, str) and value in args:
             return value
-        raise ConfigError(f"{key}: got {show(value)}, expected {_type_name(tp)}{hint(value, args)}")
+        raise _type_error(key, value, tp)
     if origin in (Union, types.UnionType):  # the first alternative that takes the value wins
         if value is None and type(None) in args:
             return None
@@ -90,7 +94,17 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
 
 
 def _type_error(key: str, value: Any, tp: Any) -> ConfigError:
-    return ConfigError(f"{key}: expected {_type_name(tp)}, got {show(value)} ({type(value).__name__})")
+    """One line: the key, the value and what ``tp`` allows (for a choice, the closest one)."""
+    if typing.get_origin(tp) is Literal:
+        return ConfigError(f"{key}: got {show(value)}, expected {_type_name(tp)}{hint(value, typing.get_args(tp))}")
+    return ConfigError(
+        f"{key}: expected {_type_name(tp)}, got {show(value)} ({type(value).__name__}){hint(value, _choices(tp))}"
+    )
+
+
+def _choices(tp: Any) -> list[Any]:
+    """The ``Literal`` values among the alternatives of ``tp`` (e.g. ``Optional[Literal["a", "b"]]``)."""
+    return [c for a in typing.get_args(tp) if typing.get_origin(a) is Literal for c in typing.get_args(a)]
 
 
 def _type_name(tp: Any) -> str:

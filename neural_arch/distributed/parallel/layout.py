@@ -17,24 +17,24 @@ weight (see ``data_parallel_loss``).
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, cast
 
 import torch
 
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"]
-PP_SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+PP_SCHEDULES: tuple[str, ...] = typing.get_args(PipelineSchedule)
 MULTI_STAGE_SCHEDULES: tuple[str, ...] = ("interleaved_1f1b", "zero_bubble")
 """Schedules that put ``VIRTUAL_STAGES`` stages on each pipeline rank (looped: rank r holds r, r+pp)."""
 VIRTUAL_STAGES = 2
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "fp64": torch.float64,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
+DtypeName = Literal["fp32", "fp64", "bf16", "fp16"]
 """Names accepted for ``param_dtype`` / ``reduce_dtype``."""
+DTYPES: dict[str, torch.dtype] = dict(
+    zip(typing.get_args(DtypeName), (torch.float32, torch.float64, torch.bfloat16, torch.float16))
+)
+"""Each ``DtypeName`` and its torch dtype."""
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,9 @@ class ParallelLayout:
     default) means ``pp``, the fewest every schedule accepts (one per pipeline rank), and 1 when pp=1."""
     activation_checkpointing: int = 0
     """0: none; 1: every block recomputes its activations in backward; k: blocks 0, k, 2k, ..."""
-    param_dtype: Optional[str] = None
+    param_dtype: Optional[DtypeName] = None
     """FSDP compute dtype of parameters (fp32/fp64/bf16/fp16); None keeps the model's."""
-    reduce_dtype: Optional[str] = None
+    reduce_dtype: Optional[DtypeName] = None
     """FSDP dtype of the gradient reduction; None: the parameters' dtype."""
     reshard_after_forward: bool = True
     """FSDP frees the gathered parameters after each forward (ZeRO-3); False keeps them to backward."""
@@ -126,12 +126,8 @@ def _check_rules(layout: ParallelLayout, world_size: int) -> None:
     sizes = ("dp_replicate", "dp_shard", "tp", "pp", "microbatches")
     for key in sizes:
         _check_positive(key, getattr(layout, key))
-    _check_choice("pp_schedule", layout.pp_schedule, PP_SCHEDULES)
+    _check_choices(layout)
     _check_count("activation_checkpointing", layout.activation_checkpointing, 0)
-    for key in ("param_dtype", "reduce_dtype"):
-        value = getattr(layout, key)
-        if value is not None:
-            _check_choice(key, value, tuple(DTYPES))
     _check_sequence_parallel(layout)
     _check_cpu_offload(layout)
     microbatches = cast(int, layout.microbatches)  # a count since __post_init__, positive as checked above
@@ -217,6 +213,23 @@ def _check_positive(key: str, value: Any) -> None:
     _check_count(key, value, 1)
 
 
-def _check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"parallel.{key}={value!r} is not one of {', '.join(choices)}")
+def _check_choices(layout: ParallelLayout) -> None:
+    """Every ``Literal`` field against its annotation (``pp_schedule``, the dtypes): the one list of
+    choices, which typed_config.py also checks a config's values against as it reads them."""
+    for name, tp in typing.get_type_hints(ParallelLayout).items():
+        allowed = _literal_values(tp)
+        value = getattr(layout, name)
+        if allowed is not None and value not in allowed:
+            shown = ", ".join("null" if a is None else str(a) for a in allowed)
+            raise ValueError(f"parallel.{name}={value!r} is not one of {shown}")
+
+
+def _literal_values(tp: Any) -> Optional[tuple[Any, ...]]:
+    """What ``Literal[...]`` allows (with None for ``Optional[Literal[...]]``); None for any other type."""
+    if typing.get_origin(tp) is Literal:
+        return typing.get_args(tp)
+    args = typing.get_args(tp)
+    inner = [a for a in args if a is not type(None)]
+    if len(args) == 2 and len(inner) == 1 and typing.get_origin(inner[0]) is Literal:
+        return (*typing.get_args(inner[0]), None)
+    return None
