@@ -108,7 +108,8 @@ class KubeflowProgress(Callback):
         self.warned = False
         self.posts = 0
         """Posts the server accepted."""
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kubeflow-progress")
+        self.pool: Optional[ThreadPoolExecutor] = None
+        """The posting thread, started at the first post and stopped by ``close`` (a later run starts another)."""
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> Optional[KubeflowProgress]:
@@ -152,7 +153,9 @@ class KubeflowProgress(Callback):
             _wait(self.in_flight, timeout)
         if final is not None:
             _wait(self._send(final), timeout)
-        self.pool.shutdown(wait=False)
+        if self.pool is not None:
+            self.pool.shutdown(wait=False)
+        self.pool, self.first = None, None  # a later run with this reporter measures its own rate
         self._warn_once()
 
     def _warn_once(self) -> None:
@@ -167,6 +170,8 @@ class KubeflowProgress(Callback):
 
     def _send(self, body: dict) -> Future:
         self.last_post = self.clock()
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kubeflow-progress")
         self.in_flight = self.pool.submit(self._post, body)
         return self.in_flight
 

@@ -145,8 +145,7 @@ def test_the_token_is_read_again_for_every_post(server, tmp_path):
     reporter = KubeflowProgress(endpoint, min_interval=0.0, clock=clock)
     run_steps(reporter, clock, steps=1, seconds_per_step=1.0)
     (tmp_path / "token").write_text("rotated-token")  # the kubelet rotates the projected token
-    reporter = KubeflowProgress(endpoint, min_interval=0.0, clock=clock)
-    run_steps(reporter, clock, steps=1, seconds_per_step=1.0)
+    run_steps(reporter, clock, steps=1, seconds_per_step=1.0)  # a second run with the same reporter
     tokens = [headers["Authorization"] for _, _, headers, _ in running.requests]
     assert tokens == [f"Bearer {TOKEN}"] * 2 + ["Bearer rotated-token"] * 2
     assert reporter.failure is None
