@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from neural_arch.cli.usage import command_parser, run_reporting
-from neural_arch.distributed.checkpoint.errors import CheckpointError
 from neural_arch.training.typed_config import ConfigError
 
 if TYPE_CHECKING:  # imported lazily at run time, so `--help` and usage errors stay fast
@@ -66,8 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+NPROC_WORDS = ("cpu", "gpu", "auto")
+"""``--nproc-per-node`` values counted from the machine's devices, by the launcher's own rule."""
+
+
 def nproc_value(text: str) -> int:
-    """``--nproc-per-node``'s value as a count: the launcher's own rule (``parse_nproc``)."""
+    """``--nproc-per-node``'s value as a count: N, or a device word by the launcher's rule
+    (``parse_nproc``, which imports torch: a mistyped count is refused without it)."""
+    if text not in NPROC_WORDS:
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+        raise argparse.ArgumentTypeError(f"nproc_per_node={text!r} must be a positive integer, 'cpu', 'gpu' or 'auto'")
     from neural_arch.distributed.launcher.config import parse_nproc
 
     try:
@@ -79,6 +87,8 @@ def nproc_value(text: str) -> int:
 def main(argv: Sequence[str]) -> int:
     """``neural-arch train``: start the workers through the launcher, or train in this process."""
     ns = build_parser().parse_args(argv)
+    from neural_arch.distributed.checkpoint.errors import CheckpointError  # imports torch: not for --help
+
     return run_reporting(PROG, lambda: _train_or_launch(ns, list(argv)), ConfigError, CheckpointError)
 
 
@@ -218,6 +228,8 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
         cfg = read_config(ns.config, ns.overrides)
         _check(cfg, ns, detect_cluster_env().world_size)  # the world that started: torchrun/srun may name another
         return _train_here(cfg, ns)
+
+    from neural_arch.distributed.checkpoint.errors import CheckpointError
 
     return run_reporting(PROG, train_here, ConfigError, CheckpointError)  # e.g. --resume names an unusable step
 
