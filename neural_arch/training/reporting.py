@@ -1,7 +1,9 @@
 """What a user sees of a run: progress (progress.py), per-rank logs, metrics.jsonl, TensorBoard, loss.png.
 
 Used by trainer.py: ``RunReporter(run_dir, rank, total_steps, ...)``. Rank 0 writes the
-shared outputs; every rank writes ``run_dir/logs/rank_N.log``.
+shared outputs; every rank writes ``run_dir/logs/rank_N.log``. ``loss.png`` is drawn by a
+helper process started with the run (loss_plot.py): ``draw_losses()`` once the last row is
+written, ``end(finished=True)`` waits for it.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from neural_arch.training.jsonl import append_row, read_rows
+from neural_arch.training.jsonl import append_row
+from neural_arch.training.loss_plot import LossPlot
 from neural_arch.training.progress import Progress, open_progress
 from neural_arch.training.tracking import Tracker
-from neural_arch.utils.atomic import commit_file
 from neural_arch.utils.safe_files import open_no_follow
 
 
@@ -31,6 +33,7 @@ class RunReporter:
         progress: bool,
         tensorboard: bool,
         trackers: Sequence[Tracker] = (),
+        plot: Optional[LossPlot] = None,
     ) -> None:
         self.run_dir, self.rank, self.trackers = run_dir, rank, trackers
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -42,6 +45,8 @@ class RunReporter:
         self.log.addHandler(handler)
         self.bar: Optional[Progress] = None
         self.tb: Any = None
+        self.plot = plot if rank == 0 else None
+        """loss.png's helper process (loss_plot.py), started with the run; without one, no loss.png."""
         if rank == 0:
             if progress:
                 self.bar = open_progress(total_steps, start_step)  # stderr: a bar on a terminal, else lines
@@ -67,8 +72,19 @@ class RunReporter:
         if self.bar is not None:
             self.bar.update(step, loss, samples_per_s)
 
-    def end_tracking(self, finished: bool) -> None:
-        """MLflow, W&B: a finished run gets the outputs as files and ends; a stopped one is left to resume."""
+    def draw_losses(self) -> None:
+        """Ask for loss.png, now that the last metrics row is written; ``end`` waits for it."""
+        if self.plot is not None and (self.run_dir / "metrics.jsonl").exists():
+            self.plot.draw(self.run_dir / "metrics.jsonl", self.run_dir / "loss.png")
+
+    def end(self, finished: bool) -> None:
+        """A finished run: loss.png drawn (a failed plot is one line, never an error), then MLflow
+        and W&B get the outputs as files and end; a stopped one: no plot, the trackers left to resume."""
+        if self.plot is not None:
+            why = self.plot.wait() if finished else None
+            self.plot.close()
+            if why:
+                print(f"note: loss.png not drawn ({why}); the run's other outputs are complete", flush=True)
         for tracker in self.trackers:
             tracker.finish(self.run_dir) if finished else tracker.pause()
 
@@ -89,29 +105,6 @@ class NoFollowFileHandler(logging.FileHandler):
     def _open(self) -> Any:
         fd = open_no_follow(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return open(fd, "a", encoding=self.encoding, errors=self.errors)
-
-
-def plot_losses(metrics_path: Path, out_png: Path) -> None:
-    """Train (and validation, if any) loss against step, from metrics.jsonl."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in read_rows(metrics_path) if isinstance(r.get("step"), int)]  # a torn line is skipped
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key, label in (("train/loss", "train"), ("val/loss", "validation")):
-        points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-        if points:
-            ax.plot(*zip(*points), marker="." if label == "validation" else None, label=label)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_yscale("log")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    commit_file(out_png, lambda f: fig.savefig(f, format="png", dpi=120))  # a full disk leaves the old plot
-    plt.close(fig)
 
 
 def format_summary(

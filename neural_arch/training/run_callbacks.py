@@ -38,11 +38,15 @@ class RunCallbacks:
     """A run's callbacks, the stop one of them asked for on this rank, the save awaiting its commit."""
 
     def __init__(self, callbacks: Sequence[Callback], steps: int) -> None:
-        self.callbacks, self.steps, self.rank = list(callbacks), steps, nd.get_rank()
+        self.callbacks, self.steps = list(callbacks), steps
         self.asked: Optional[str] = None
         """The first reason a callback on this rank gave to stop (None: none asked)."""
         self.pending: Optional[tuple[int, Path]] = None
         """A background save not known to be committed yet: (step, its directory)."""
+
+    @property
+    def rank(self) -> int:
+        return nd.get_rank()  # the process group may start after this object
 
     def _ask(self, reason: str) -> None:
         if self.asked is None:
@@ -98,12 +102,13 @@ class RunCallbacks:
     def stop_reason(self) -> str:
         """Why the run stops early, the same on every rank (one gather: call on every rank)."""
         reasons = nd.all_gather_object(self.asked)
-        named = [(rank, why) for rank, why in enumerate(reasons) if why is not None]
+        named = [(rank, str(why)) for rank, why in enumerate(reasons) if why is not None]
         if len(named) == len(reasons) and len({why for _, why in named}) == 1:  # e.g. EarlyStopping
             return named[0][1]
         return "; ".join(f"rank {rank}: {why}" for rank, why in named)
 
-    def finished(self, step: int, metrics: Mapping[str, float], stopped_early: Optional[str]) -> None:
-        event = FinishEvent(step, self.steps, self.rank, dict(metrics), stopped_early)
+    def finished(self, step: int, metrics: Mapping[str, float], stopped: Optional[tuple[int, int, str]]) -> None:
+        """``stopped``: (step, steps, why) of a run a callback stopped early."""
+        event = FinishEvent(step, self.steps, self.rank, dict(metrics), stopped[2] if stopped else None)
         for callback in self.callbacks:
             callback.on_finish(event)

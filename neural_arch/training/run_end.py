@@ -1,5 +1,5 @@
-"""The end of a run's outputs: the task's report, then (rank 0) loss.png, summary.txt/summary.json
-and the summary on stdout.
+"""The end of a run's outputs: the task's report, then (rank 0) summary.txt/summary.json and the
+summary on stdout.
 
 Used by trainer.py's ``_finish``, after the final validation::
 
@@ -18,7 +18,7 @@ import torch
 
 import neural_arch.distributed as nd
 from neural_arch.training.components import TrainingComponents
-from neural_arch.training.reporting import format_summary, plot_losses
+from neural_arch.training.reporting import format_summary
 from neural_arch.training.task import Task
 from neural_arch.utils.atomic import commit_file
 
@@ -63,10 +63,8 @@ def write_outputs(
     straggler_note: str,
     stopped: Optional[tuple[int, int, str]],
 ) -> None:
-    """Rank 0, after the task's report: loss plot, summary.txt/summary.json, the summary on stdout.
-    ``stopped``: (step, steps, why) of a run a callback stopped early."""
-    if (run_dir / "metrics.jsonl").exists():
-        plot_losses(run_dir / "metrics.jsonl", run_dir / "loss.png")
+    """Rank 0, after the task's report: summary.txt/summary.json, the summary on stdout (loss.png is
+    drawn meanwhile: reporting.py). ``stopped``: (step, steps, why) of a run a callback stopped early."""
     seconds, world = throughput["train_seconds"], nd.get_world_size()
     summary = format_summary(task.summary_metrics(final), seconds, samples, per_rank, world)
     summary += f"\n{straggler_note}" if straggler_note else ""

@@ -28,6 +28,7 @@ from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config
 from neural_arch.training.heap import frozen_heap
 from neural_arch.training.interval_metrics import IntervalMeter, first_step_flops, rank_peak
+from neural_arch.training.loss_plot import LossPlot
 from neural_arch.training.prefetch import next_batch
 from neural_arch.training.profiling import StepProfiler
 from neural_arch.training.reporting import RunReporter
@@ -95,17 +96,17 @@ class Trainer:
     ) -> None:
         self.cfg = cfg
         self.resume = resume or cfg.checkpoint.resume
-        self.callbacks = [*callbacks, *([StepFunction(on_step)] if on_step is not None else [])]
+        self.hooks = RunCallbacks([*callbacks, *([StepFunction(on_step)] if on_step else [])], cfg.training.steps)
         self.create_data = create_data
-        self.stopped_early: Optional[str] = None
-        """Why a callback stopped the run before ``training.steps`` (None: it did not)."""
+        self.stopped_early: Optional[tuple[int, int, str]] = None
+        """(step, steps, why) of a run a callback stopped before ``training.steps`` (None: it did not)."""
 
     def train(self) -> dict[str, float]:
         """Set up, train to ``training.steps``, finish; the final metrics (identical on every rank)."""
         cfg, steps = self.cfg, self.cfg.training.steps
+        self.plot = LossPlot.start() if nd.detect_cluster_env().rank == 0 else None  # imports matplotlib meanwhile
         # ---- set up: process group, locked run directory, data, model, optimizer; resume from a checkpoint
         with claimed_run_dir(cfg) as self.run_dir, CheckpointWriter(cfg.checkpoint.async_save) as self.writer:
-            self.hooks = RunCallbacks(self.callbacks, steps)
             run = self.components = build_components(cfg, self.create_data)
             resumed = resume_from(run, self.resume, self.run_dir / "checkpoints")
             if resumed is None and cfg.run.init_from:  # fine-tuning: another run's weights, all else anew
@@ -146,7 +147,7 @@ class Trainer:
                     if _due(run.step, cfg.training.val_every) or run.step == steps:
                         validation = self._validate()
                     row = self._log(validation)
-                    self.hooks.stepped(run.step, run.scheduler.get_last_lr()[0], row, loss_sum)
+                    self.hooks.stepped(run.step, float(run.scheduler.get_last_lr()[0]), row, loss_sum)
                     # ---- stop: on a signal or a callback's request on any rank, at the same step on every rank
                     signum = stop.agreed(force=self._agree_on_stop_now(), asks=self.hooks.asks(self.writer))
                     if signum is not None:
@@ -163,8 +164,9 @@ class Trainer:
         if rank == 0:
             save_config(cfg, self.run_dir / "config.yaml")
         trackers = open_trackers(cfg, self.run_dir, self.components, rank)  # MLflow, W&B, when asked
+        logs = cfg.logging
         self.report = RunReporter(
-            self.run_dir, rank, cfg.training.steps, step, cfg.logging.progress, cfg.logging.tensorboard, trackers
+            self.run_dir, rank, cfg.training.steps, step, logs.progress, logs.tensorboard, trackers, self.plot
         )
         resumed_note = f" (resumed from step {resumed})" if resumed else ""
         self.report.log.info("start: world %d, step %d%s", nd.get_world_size(), step, resumed_note)
@@ -211,7 +213,7 @@ class Trainer:
             progress.since_log.zero_()
             row = {
                 "train/loss": progress.loss,
-                "lr": run.scheduler.get_last_lr()[0],
+                "lr": float(run.scheduler.get_last_lr()[0]),
                 "epoch": float(run.sampler.epoch),
                 **validation,
                 **self.meter.row(total, run.task.tokens_per_sample),
@@ -254,7 +256,7 @@ class Trainer:
         self._wait_saved()  # the job may be killed soon after we exit: this step must be on disk
         checkpoint = self.run_dir / "checkpoints" / step_name(run.step)
         self.report.log.info("stopped by signal %d at step %d; checkpoint %s", signum, run.step, checkpoint)
-        self.report.end_tracking(finished=False)
+        self.report.end(finished=False)
         self.report.close()
         requeue_if_asked(self.cfg.checkpoint.requeue_on_stop, signum)
         raise TrainingStopped(signum, run.step, self.cfg.training.steps, str(checkpoint))
@@ -262,12 +264,11 @@ class Trainer:
     def _stop_early(self) -> None:
         """A callback asked to stop (every rank agreed): save this step; ``_finish`` validates it."""
         run = self.components
-        self.stopped_early = self.hooks.stop_reason()
+        self.stopped_early = (run.step, self.cfg.training.steps, self.hooks.stop_reason())
         if self.progress.last_saved != run.step:
             self._save()
             self._record_metric()  # where this step validated before it was saved
-        steps, why = self.cfg.training.steps, self.stopped_early
-        self.report.log.info("stopped early at step %d of %d: %s", run.step, steps, why)
+        self.report.log.info("stopped early at step %d of %d: %s", *self.stopped_early)
 
     def _finish(self) -> dict[str, float]:
         """The final metrics (every rank), then the run's outputs (rank 0). A run resumed from
@@ -281,15 +282,15 @@ class Trainer:
         if final and not already:  # the last step's row holds them already
             self.report.metrics(run.step, final)
         self.report.close()
+        self.report.draw_losses()  # rank 0: in a helper process, while the report and summary are written
         run.release_training_state()  # saved already; frees room for the report
         throughput = run_throughput(progress.samples, len(progress.step_times), train_seconds)
         if self.cfg.training.report:
             task_report(run, self.run_dir, final, throughput)
         if nd.get_rank() == 0:
-            stopped = (run.step, self.cfg.training.steps, self.stopped_early) if self.stopped_early else None
             samples, note = progress.samples, self.watch.summary()
-            write_outputs(self.run_dir, run.task, final, throughput, per_rank, samples, note, stopped)
-            self.report.end_tracking(finished=True)
+            write_outputs(self.run_dir, run.task, final, throughput, per_rank, samples, note, self.stopped_early)
+            self.report.end(finished=True)  # loss.png drawn by now
         self.hooks.finished(run.step, final, self.stopped_early)
         return final
 

@@ -18,7 +18,7 @@ import torch
 from neural_arch.distributed.checkpoint import CheckpointError, save_checkpoint
 from neural_arch.training.config import load_config
 from neural_arch.training.jsonl import append_row, read_rows
-from neural_arch.training.reporting import plot_losses
+from neural_arch.training.loss_plot import plot_losses
 from neural_arch.training.sample_log import append_samples, forget_samples_after
 from neural_arch.training.trainer import train
 from neural_arch.utils.atomic import commit_file
