@@ -24,8 +24,9 @@ ENV = PACKAGE / "distributed" / "env"
 
 SCHEDULER_VARIABLE = re.compile(
     r"(SLURM_|SBATCH_|SRUN_|OMPI_|PMI_|PMIX_|MPI_LOCAL|MV2_|LSB_|LSF_|JSM_|PBS_|PALS_|FLUX_|SKYPILOT_"
-    r"|KUBERNETES_|KUBEFLOW_)[A-Z0-9_]*|JOB_COMPLETION_INDEX"
+    r"|KUBERNETES_|KUBEFLOW_|PET_)[A-Z0-9_]*|JOB_COMPLETION_INDEX"
 )
+"""PET_*: torchrun's options as variables (Kubeflow Trainer sets them); env/torchrun_options.py reads them."""
 
 
 def scheduler_reads(text: str, name: str) -> list[str]:
@@ -52,7 +53,7 @@ def test_the_detectors_themselves_are_found():
     reads = "\n".join(hit for path in ENV.glob("*.py") for hit in scheduler_reads(path.read_text(), path.name))
     for name in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "LSB_JOBID", "PBS_NODEFILE", "PALS_RANKID"):
         assert repr(name) in reads, name
-    for name in ("FLUX_TASK_RANK", "SKYPILOT_NODE_IPS", "KUBERNETES_SERVICE_HOST", "JOB_COMPLETION_INDEX"):
+    for name in ("FLUX_TASK_RANK", "SKYPILOT_NODE_IPS", "KUBERNETES_SERVICE_HOST", "JOB_COMPLETION_INDEX", "PET_"):
         assert repr(name) in reads, name
 
 
@@ -62,6 +63,7 @@ PLANTED = {
     "prefix": ('def f(env, k):\n    return env["FLUX_" + k]\n', ["x.py:2: 'FLUX_'"]),
     "in": ('def f(env):\n    return "JOB_COMPLETION_INDEX" in env\n', ["x.py:2: 'JOB_COMPLETION_INDEX'"]),
     "getenv": ('import os\na = os.getenv("SKYPILOT_NODE_RANK")\nb = os.getenv("PALS_RANKID")\n', None),
+    "torchrun option": ('import os\nn = os.environ.get("PET_NPROC_PER_NODE")\n', ["x.py:2: 'PET_NPROC_PER_NODE'"]),
     "help text": ('HELP = "the scheduler\'s job id, such as SLURM_JOB_ID"\n', []),
     "f-string message": ('def f(j):\n    return f"SLURM job {j}: scontrol requeue $SLURM_JOB_ID"\n', []),
     "torchrun's own": ('import os\nrank = os.environ["RANK"]\nrun = os.environ.get("TORCHELASTIC_RUN_ID")\n', []),

@@ -1,22 +1,25 @@
-"""Parse launcher command lines: torchrun's flag set (torch 2.13, both spellings) plus ours,
-in torchrun's order or script first.
+"""Parse launcher command lines as torchrun (torch 2.13) does: launcher options, the script,
+then the script's own arguments.
 
-``python -m neural_arch.distributed.launcher --nproc-per-node=2 train.py --lr 0.1``  (torchrun)
-``python -m neural_arch.distributed.launcher train.py --nproc_per_node=2 --lr 0.1``  (script first)
-``python -m neural_arch.distributed.launcher -m my_pkg.train --lr 0.1``  (a module, as ``python -m``)
+``python -m neural_arch.distributed.launcher --nproc-per-node=2 train.py --lr 0.1``
+``neural-arch launch --nproc_per_node 2 -m my_pkg.train --lr 0.1``  (a module, as ``python -m``)
 
-Rules: everything after a bare ``--`` goes to the script. If any launcher option comes
-before the script, the torchrun order applies and everything after the script is the
-script's. Otherwise (script first) long launcher options after the script are the
-launcher's and all other arguments are the script's. Long option names accept ``_`` or
-``-``. Mistakes raise ``LaunchUsageError`` (one line; unknown options get "did you mean").
+Rules (torchrun's: argparse with the script as a positional and ``REMAINDER`` after it):
+launcher options come before the script (a unique prefix of an option's name stands for it,
+as in argparse); everything after the script is the script's, even
+an option the launcher also has (``train.py --backend gloo`` gives the script
+``--backend gloo``); a bare ``--`` before the script ends the launcher options. Every torchrun
+option's default comes from its ``PET_<OPTION>`` variable when that is set
+(``env/torchrun_options.py``); the command line wins. Long option names accept ``_`` or
+``-``; a ``--`` right after the script is dropped, as torchrun's argparse does. Mistakes
+raise ``LaunchUsageError`` (one line; unknown options get "did you mean").
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-from typing import NoReturn, Optional, Sequence
+from typing import Mapping, NoReturn, Optional, Sequence
 
 from neural_arch.distributed.launcher.options import add_options
 from neural_arch.utils.docs_site import docs_pointer
@@ -71,6 +74,18 @@ def _lookup(token: str, known: dict[str, argparse.Action], short: bool) -> Optio
     return None
 
 
+def _unabbreviated(token: str, parser: argparse.ArgumentParser) -> str:
+    """``--stand`` -> ``--standalone``: a unique prefix of one option string stands for it, as in
+    torchrun's argparse parser; a prefix of several is refused as argparse refuses it."""
+    name, eq, value = token.partition("=")
+    if not name.startswith("--") or name in parser._option_string_actions:
+        return token
+    matches = sorted(text for text in parser._option_string_actions if text.startswith(name) and len(name) > 2)
+    if len(matches) > 1:
+        raise LaunchUsageError(f"ambiguous option: {name} could match {', '.join(matches)}")
+    return matches[0] + eq + value if matches else token
+
+
 def _take(tokens: list[str], i: int, action: argparse.Action, ours: list[str]) -> int:
     """Move option ``tokens[i]`` (and its value, if separate) to ``ours``; the next index."""
     token = tokens[i]
@@ -89,50 +104,89 @@ def _unknown(token: str, known: dict[str, argparse.Action]) -> LaunchUsageError:
     longs = sorted({k for k in known if k.startswith("--") and "_" not in k})
     close = difflib.get_close_matches(name.replace("_", "-"), longs, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]}?" if close else "; see --help"
-    return LaunchUsageError(f"unknown launcher option {token!r}{hint} (script options go after the script or after --)")
+    return LaunchUsageError(f"unknown launcher option {token!r}{hint} (script options go after the script)")
 
 
 def split_argv(
     argv: Sequence[str], parser: Optional[argparse.ArgumentParser] = None
 ) -> tuple[list[str], str, list[str]]:
-    """(launcher options, script, script args) from a command line in either order."""
-    known = _spellings(parser or build_parser())
+    """(launcher options, script, script args): the options before the script are the
+    launcher's, everything after it the script's (torchrun's rule)."""
+    parser = parser or build_parser()
+    known = _spellings(parser)
     argv = list(argv)
-    tail: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, tail = argv[:cut], argv[cut + 1 :]
     ours: list[str] = []
     i = 0
-    while i < len(argv) and argv[i].startswith("-"):
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+        argv[i] = _unabbreviated(argv[i], parser)
+        if argv[i] == "--":  # `launcher [opts] -- script args`
+            if i + 1 >= len(argv):
+                break
+            return ours, argv[i + 1], argv[i + 2 :]
         if argv[i] in ("-h", "--help"):
             return [argv[i]], "", []
         action = _lookup(argv[i], known, short=True)
         if action is None:
             raise _unknown(argv[i], known)
         i = _take(argv, i, action, ours)
-    if i >= len(argv):
-        if tail:  # `launcher [opts] -- script args`
-            return ours, tail[0], tail[1:]
+    if i >= len(argv) or argv[i] == "--":
         raise LaunchUsageError(f"no script given: {PROG} [options] SCRIPT [args]")
-    script, rest = argv[i], argv[i + 1 :]
-    if ours:  # torchrun order: the rest belongs to the script
-        return ours, script, rest + tail
-    script_args: list[str] = []
-    j = 0
-    while j < len(rest):  # script first: pick our long options out of the rest
-        action = _lookup(rest[j], known, short=False)
-        if action is None or action.dest == "help":
-            script_args.append(rest[j])
-            j += 1
+    rest = argv[i + 1 :]
+    # argparse (torchrun's parser, Python 3.11) drops a `--` right after the script, and keeps any later one.
+    return ours, argv[i], rest[1:] if rest[:1] == ["--"] else rest
+
+
+LAUNCHER_ONLY = frozenset(
+    ("nproc_per_node", "nnodes", "node_rank", "max_restarts", "standalone", "rdzv_backend", "rdzv_endpoint", "run_id")
+)
+"""Options a script rarely has: after the script, one of them is more likely a launcher option in
+the wrong place (the seeds' order), which the launcher notes (it still goes to the script)."""
+
+
+def misplaced_options(script_args: Sequence[str], parser: Optional[argparse.ArgumentParser] = None) -> list[str]:
+    """The script's arguments that name a launcher-only option (``--nproc_per_node=2``), for a note."""
+    known = _spellings(parser or build_parser())
+    found = []
+    for token in script_args:
+        action = _lookup(token, known, short=False)
+        if action is not None and action.dest in LAUNCHER_ONLY:
+            found.append(token)
+    return found
+
+
+def apply_pet_defaults(parser: argparse.ArgumentParser, environ: Optional[Mapping[str, str]] = None) -> None:
+    """Make every torchrun option's ``PET_<OPTION>`` variable its default, as torchrun's parser
+    does (``env/torchrun_options.py``); ``LaunchUsageError`` naming a variable whose value is bad."""
+    from neural_arch.distributed.env.torchrun_options import pet_options
+
+    known = _spellings(parser)
+    for pet in pet_options(environ):
+        action = known.get("--" + pet.option)
+        if action is None:  # a torchrun option this parser lacks: nothing reads it
+            continue
+        if pet.flag:
+            try:
+                value: object = pet.flag_value()
+            except ValueError as exc:
+                raise LaunchUsageError(str(exc)) from None
         else:
-            j = _take(rest, j, action, ours)
-    return ours, script, script_args + tail
+            try:
+                value = action.type(pet.value) if callable(action.type) else pet.value
+            except ValueError:
+                raise LaunchUsageError(
+                    f"{pet.variable}={pet.value!r} is not a valid {action.option_strings[0]} "
+                    f"({getattr(action.type, '__name__', 'value')} expected); fix or unset it."
+                ) from None
+        parser.set_defaults(**{action.dest: value})
 
 
-def parse_launch_args(argv: Sequence[str], prog: str = PROG) -> argparse.Namespace:
-    """Parse a launcher command line (either order) into an argparse namespace."""
+def parse_launch_args(
+    argv: Sequence[str], prog: str = PROG, environ: Optional[Mapping[str, str]] = None
+) -> argparse.Namespace:
+    """Parse a launcher command line into an argparse namespace; torchrun's ``PET_*`` variables
+    of ``environ`` (default: this process's) are the defaults."""
     parser = build_parser(prog)
+    apply_pet_defaults(parser, environ)
     ours, script, script_args = split_argv(argv, parser)
     if ours[:1] in (["-h"], ["--help"]):
         parser.print_help()

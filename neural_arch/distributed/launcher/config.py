@@ -31,7 +31,8 @@ class LaunchConfig:
     master_addr: str = "127.0.0.1"
     """Host of node 0, where the rendezvous store runs."""
     master_port: Optional[int] = None
-    """Port on node 0; None on one node = a free port chosen by the OS."""
+    """Port on node 0. One node: None or 0 = a free port chosen by the OS; several nodes: None =
+    torchrun's defaults, 29500 (static rendezvous) or 29400 (c10d)."""
     backend: Optional[str] = None
     """Backend the workers' ``init_process_group()`` uses (None: nccl with GPUs, else gloo)."""
     max_restarts: int = 3
@@ -41,7 +42,9 @@ class LaunchConfig:
     start_timeout: float = 600
     """Seconds to wait for all nodes to join the rendezvous."""
     log_dir: Optional[str] = None
-    """Directory for ``rank_N.log`` (each rank's whole output)."""
+    """Directory for ``rank_N.log`` (each rank's whole output, every attempt) and torchrun's layout:
+    ``<run_id>_<random>/attempt_<k>/<local_rank>/error.json``, with ``stdout.log``/``stderr.log`` for
+    the streams ``redirects``/``tee`` name."""
     timeout: Optional[float] = None
     """Collective timeout in seconds for the workers; a hung rank fails the group after it."""
     run_id: Optional[str] = None
@@ -70,7 +73,15 @@ class LaunchConfig:
     run_as: Literal["script", "module", "executable"] = "script"
     """What the script argument is: a Python file, a module (``-m``), an executable (``--no-python``)."""
     console_local_ranks: Optional[tuple[int, ...]] = None
-    """Local ranks whose output the console shows (None: all; see --local-ranks-filter, --redirects)."""
+    """Local ranks whose output the console shows (None: all; --local-ranks-filter)."""
+    redirects: str = "0"
+    """torchrun's --redirects: streams (1 stdout, 2 stderr, 3 both; or ``0:3,1:2`` by local rank) that go
+    to their ``stdout.log``/``stderr.log`` only, off the console."""
+    tee: str = "0"
+    """torchrun's --tee: streams that go to their ``stdout.log``/``stderr.log`` and the console."""
+    output_prefix: str = "rank"
+    """``"rank"``: every console line starts ``[rank N] ``; ``"torchrun"``: only a tee'd stream's lines,
+    with ``[<role><local_rank>]:`` (or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE), as torchrun."""
     signals_to_handle: str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
     """Signals the launcher forwards to the workers."""
     event_log_handler: str = "null"
@@ -89,12 +100,17 @@ class LaunchConfig:
         for name in ("node_rank", "max_restarts"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0.")
-        if self.min_nodes == self.max_nodes and self.node_rank >= self.max_nodes:
+        if not self.c10d and self.node_rank >= self.max_nodes:
             raise ValueError(f"node_rank={self.node_rank} must be smaller than nnodes={self.max_nodes}.")
-        if self.master_port is not None and not 0 < self.master_port < 65536:
-            raise ValueError(f"master_port={self.master_port} is not a TCP port (1..65535).")
-        if self.max_nodes > 1 and self.master_port is None:
-            raise ValueError("a multi-node job needs --master_port so that every node meets at the same port.")
+        if self.master_port is not None and not 0 <= self.master_port < 65536:
+            raise ValueError(f"master_port={self.master_port} is not a TCP port (1..65535, or 0 for a free one).")
+        if self.max_nodes > 1 and self.master_port == 0:
+            raise ValueError(
+                "port 0 (a free port) works on one node only: each node would pick its own port and none would "
+                "meet; give every node the same port, e.g. --rdzv-endpoint=HOST:29400 or --master-port=29500."
+            )
+        if self.max_nodes > 1 and self.master_port is None:  # torchrun's defaults
+            self.master_port = compat.DEFAULT_RDZV_PORT if self.c10d else compat.DEFAULT_MASTER_PORT
         for name in ("monitor_interval", "start_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be > 0 seconds.")
@@ -103,6 +119,12 @@ class LaunchConfig:
         if self.backend not in (None, "auto", "gloo", "nccl"):
             raise ValueError(f"backend={self.backend!r} must be 'gloo', 'nccl' or None (auto).")
         self._check_torchrun_fields()
+
+    @property
+    def c10d(self) -> bool:
+        """Whether the nodes meet in a c10d rendezvous (asked for, or an elastic ``MIN:MAX`` job),
+        which assigns node ranks, rather than the static one, where ``node_rank`` says it."""
+        return self.rdzv_backend == "c10d" or self.min_nodes != self.max_nodes
 
     def _check_torchrun_fields(self) -> None:
         if self.rdzv_backend not in (None, "static", "c10d"):
@@ -113,6 +135,10 @@ class LaunchConfig:
         compat.check_event_handler(self.event_log_handler)
         if self.loader_workers is not None and self.loader_workers < 0:
             raise ValueError(f"loader_workers={self.loader_workers} must be >= 0 (or None: unknown).")
+        self.redirect_masks = compat.stream_masks(self.redirects, self.nproc, "redirects")
+        self.tee_masks = compat.stream_masks(self.tee, self.nproc, "tee")
+        if self.output_prefix not in ("rank", "torchrun"):
+            raise ValueError(f"output_prefix={self.output_prefix!r} must be 'rank' or 'torchrun'.")
         if self.cpu_bind not in cpu_bind.MODES:
             raise ValueError(f"cpu_bind={self.cpu_bind!r} must be one of {', '.join(cpu_bind.MODES)}.")
 
@@ -152,7 +178,6 @@ def parse_nproc(value: Union[int, str]) -> int:
 def config_from_args(ns: argparse.Namespace) -> LaunchConfig:
     """The config a parsed launcher command line (``args.parse_launch_args``) asks for."""
     compat.refuse_unsupported(ns)
-    compat.check_tee(ns.tee)
     addr, port = ns.master_addr, ns.master_port
     if ns.rdzv_endpoint and not ns.standalone:  # torchrun: the endpoint is where nodes meet
         addr, port = compat.split_endpoint(ns.rdzv_endpoint)
@@ -183,7 +208,10 @@ def config_from_args(ns: argparse.Namespace) -> LaunchConfig:
         local_addr=ns.local_addr,
         role=ns.role,
         run_as="module" if ns.module else "executable" if ns.no_python else "script",
-        console_local_ranks=compat.console_local_ranks(ns.local_ranks_filter, ns.redirects, nproc),
+        console_local_ranks=compat.console_local_ranks(ns.local_ranks_filter, nproc),
+        redirects=ns.redirects,
+        tee=ns.tee,
+        output_prefix=ns.output_prefix,
         signals_to_handle=ns.signals_to_handle,
         event_log_handler=ns.event_log_handler,
         virtual_local_rank=ns.virtual_local_rank,

@@ -1,7 +1,7 @@
 """Start a distributed job: N workers per node, restarted as a group when one fails.
 
 Run: ``python -m neural_arch.distributed.launcher --nproc_per_node=2 train.py --lr 0.1``
-(or script first, ``... launcher train.py --nproc_per_node=2``, or ``neural-arch launch``).
+(or ``neural-arch launch``; as torchrun, everything after the script is the script's).
 Python: ``DistributedLauncher(LaunchConfig(nproc_per_node=2)).launch("train.py", "--lr", "0.1")``.
 
 Built on torch.distributed.elastic (agent, rendezvous, restarts; see agent.py for what we
@@ -27,19 +27,28 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from torch.distributed.elastic.agent.server.api import WorkerSpec
-from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
-from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters, RendezvousTimeoutError
+from torch.distributed.elastic.multiprocessing import SignalException
+from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousTimeoutError
 
+from neural_arch.distributed.env.torchrun_options import line_prefix_template
+from neural_arch.distributed.env.worker_output import OUTPUT_VARIABLE
 from neural_arch.distributed.launcher import cpu_bind
+from neural_arch.distributed.launcher import torchrun_compat as compat
 from neural_arch.distributed.launcher.agent import RobustElasticAgent
-from neural_arch.distributed.launcher.args import PROG, LaunchUsageError, parse_launch_args
+from neural_arch.distributed.launcher.args import PROG, LaunchUsageError, misplaced_options, parse_launch_args
 from neural_arch.distributed.launcher.config import LaunchConfig, config_from_args
 from neural_arch.distributed.launcher.job_token import TOKEN_ENV, ForeignJobError, JobToken, resolve_job_token
-from neural_arch.distributed.launcher.listen import LOOPBACK, check_port_free, is_local, loopback_interface
+from neural_arch.distributed.launcher.listen import check_port_free, is_local, loopback_interface
 from neural_arch.distributed.launcher.log_format import clear_progress_markers
 from neural_arch.distributed.launcher.outcome import failed_job_exit
 from neural_arch.distributed.launcher.program import check_program
-from neural_arch.distributed.launcher.rendezvous import C10D_READ_TIMEOUT, RendezvousUnreachable, rendezvous_handler
+from neural_arch.distributed.launcher.rendezvous import (
+    C10D_READ_TIMEOUT,
+    RendezvousUnreachable,
+    quiet_store_warnings,
+    rendezvous_handler,
+    rendezvous_parameters,
+)
 from neural_arch.distributed.launcher.scratch import ScratchDir
 from neural_arch.distributed.launcher.torch_logs import torch_elastic_logs
 
@@ -50,52 +59,6 @@ class DistributedLauncher:
     def __init__(self, config: LaunchConfig) -> None:
         self.config = config
         self._token: Optional[JobToken] = None
-
-    def _rendezvous(self, run_id: str) -> RendezvousParameters:
-        c = self.config
-        # One node: the agent store the workers meet at is on loopback (torch: this host's FQDN).
-        local_addr = c.local_addr or (LOOPBACK if c.max_nodes == 1 else None)
-        extra = {"local_addr": local_addr, **c.rdzv_conf}
-        if c.max_nodes == 1 and c.master_port is None and c.rdzv_backend != "static":
-            # Port 0: the OS picks a free port atomically, so concurrent jobs never collide.
-            if c.rdzv_backend == "c10d":  # asked for by name
-                return RendezvousParameters(
-                    backend="c10d",
-                    endpoint=f"{LOOPBACK}:0",
-                    run_id=run_id,
-                    min_nodes=1,
-                    max_nodes=1,
-                    **{"join_timeout": c.start_timeout, **extra},
-                )
-            # One node meets nobody: a static store. torch's c10d rendezvous would first sleep
-            # a random 0-0.3 s (to spread many nodes' joins), on every job's way to its first step.
-            return RendezvousParameters(
-                backend="static",
-                endpoint=f"{LOOPBACK}:0",
-                run_id=run_id,
-                min_nodes=1,
-                max_nodes=1,
-                rank=0,
-                **{"timeout": c.start_timeout, **extra},
-            )
-        if c.min_nodes != c.max_nodes or c.rdzv_backend == "c10d":  # nodes meet; node ranks are assigned
-            return RendezvousParameters(
-                backend="c10d",
-                endpoint=f"{c.master_addr}:{c.master_port}",
-                run_id=run_id,
-                min_nodes=c.min_nodes,
-                max_nodes=c.max_nodes,
-                **{"join_timeout": c.start_timeout, "last_call_timeout": 2, **extra},
-            )
-        return RendezvousParameters(
-            backend="static",
-            endpoint=f"{c.master_addr}:{c.master_port}",
-            run_id=run_id,
-            min_nodes=c.max_nodes,
-            max_nodes=c.max_nodes,
-            rank=c.node_rank,
-            **{"timeout": c.start_timeout, **extra},
-        )
 
     def _worker_args(self, script: str, args: Sequence[str], log_dir: Path, shown_dir: Path) -> tuple[str, ...]:
         c = self.config
@@ -129,6 +92,15 @@ class DistributedLauncher:
         """Fail fast on what can be checked before starting anything (ValueError / RuntimeError)."""
         c = self.config
         check_program(script, c.run_as)
+        if c.log_dir is not None and Path(c.log_dir).exists() and not Path(c.log_dir).is_dir():
+            raise ValueError(f"--log-dir={c.log_dir!r} is a file, not a directory; name a directory.")
+        if c.c10d and c.node_rank != 0:  # torchrun's warning, in its words
+            print(
+                f"launcher: warning: node_rank is only used for static rdzv_backend. It will be ignored for "
+                f"rdzv_backend=c10d (--node-rank={c.node_rank}; the rendezvous assigns node ranks).",
+                file=sys.stderr,
+                flush=True,
+            )
         self._token = self._job_token()  # a token file that cannot be read is a usage error
         static = c.min_nodes == c.max_nodes and c.rdzv_backend != "c10d"  # c10d: whichever node binds first hosts
         if c.master_port is not None and c.node_rank == 0 and static and is_local(c.master_addr):
@@ -142,11 +114,12 @@ class DistributedLauncher:
     def _launch(self, script: str, *args: str) -> int:
         c = self.config
         run_id = c.run_id or (f"na-{c.master_addr}-{c.master_port}" if c.max_nodes > 1 else uuid.uuid4().hex[:12])
-        # torch elastic's own log lines repeat what the ranks and the summary say (torch_logs.py).
-        with ScratchDir() as scratch, torch_elastic_logs(c.verbose):
+        # torch elastic's own log lines repeat what the ranks and the summary say (torch_logs.py), and
+        # a lost c10d store's C++ warnings what lost_rendezvous_line says (rendezvous.py).
+        with ScratchDir() as scratch, torch_elastic_logs(c.verbose), quiet_store_warnings(c.verbose):
             log_dir = Path(c.log_dir) if c.log_dir else scratch / "logs"
             clear_progress_markers(log_dir)  # an earlier job's, e.g. one whose launcher was killed
-            params = self._rendezvous(run_id)
+            params = rendezvous_parameters(c, run_id)
             spec = WorkerSpec(
                 role=c.role,
                 local_world_size=c.nproc,
@@ -162,7 +135,7 @@ class DistributedLauncher:
             )
             agent = RobustElasticAgent(
                 spec=spec,
-                logs_specs=DefaultLogsSpecs(log_dir=str(scratch / "elastic")),
+                logs_specs=compat.logs_specs(c, scratch),
                 shutdown_timeout=c.shutdown_timeout,
                 log_dir=log_dir,
                 stop_repeated_failures=c.max_nodes == 1,
@@ -187,8 +160,10 @@ class DistributedLauncher:
 
     def _worker_environment(self) -> dict[str, str]:
         env = {
-            "TORCHELASTIC_SIGNALS_TO_HANDLE": self.config.signals_to_handle
-        }  # read by torch elastic, as torchrun sets it
+            # read by torch elastic, as torchrun sets it
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": self.config.signals_to_handle,
+            OUTPUT_VARIABLE: compat.output_plan(self.config, line_prefix_template()),
+        }
         if self.config.backend not in (None, "auto"):
             env["NEURAL_ARCH_BACKEND"] = str(self.config.backend)
         if self.config.timeout is not None:
@@ -260,6 +235,14 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     exits 1 with a summary. ``prog`` names the command in messages (``neural-arch launch``)."""
     try:
         ns = parse_launch_args(sys.argv[1:] if argv is None else argv, prog)
+        misplaced = misplaced_options(ns.script_args)
+        if misplaced:  # the seeds' order (script, then launcher options): torchrun gives them to the script
+            print(
+                f"{prog}: note: {' '.join(misplaced)} after the script {'go' if len(misplaced) > 1 else 'goes'} to "
+                "the script, as with torchrun; launcher options go before the script.",
+                file=sys.stderr,
+                flush=True,
+            )
         launcher = DistributedLauncher(config_from_args(ns))
         launcher.preflight(ns.script)
     except (ValueError, LaunchUsageError) as exc:

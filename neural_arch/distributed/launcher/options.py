@@ -2,7 +2,8 @@
 
 Use: ``add_options(parser)``; ``args.build_parser()`` does it. What each torchrun option
 does here, where it differs from torchrun, is said in its help text; options this launcher
-accepts but cannot honour are refused in one line by ``torchrun_compat.unsupported``.
+accepts but cannot honour are refused in one line by ``torchrun_compat.refuse_unsupported``.
+Every torchrun option also takes its default from ``PET_<OPTION>`` (``args.apply_pet_defaults``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 def add_options(p: argparse.ArgumentParser) -> None:
     """Add every option, in groups, to ``p``."""
     _job(p.add_argument_group("job size"))
-    _rendezvous(p.add_argument_group("rendezvous (where nodes meet)"))
+    rendezvous = p.add_argument_group("rendezvous (where nodes meet)")
+    _rendezvous(rendezvous)
+    _job_token(rendezvous)
     _program(p.add_argument_group("what the workers run"))
     _restarts(p.add_argument_group("restarts and timeouts"))
     _output(p.add_argument_group("output"))
@@ -31,7 +34,13 @@ def _job(g: argparse._ArgumentGroup) -> None:
         help="workers on this node: an int, 'cpu' (CPU cores), 'gpu' (GPUs) or 'auto' (GPUs, else CPU cores)",
     )
     add("--nnodes", default="1", help="nodes: N, or MIN:MAX for an elastic job")
-    add("--node-rank", "--node_rank", type=int, default=0, help="this node's index (static rendezvous only)")
+    add(
+        "--node-rank",
+        "--node_rank",
+        type=int,
+        default=0,
+        help="this node's index (static rendezvous only; c10d assigns node ranks and warns that it ignores it)",
+    )
     add(
         "--backend",
         default=None,
@@ -48,7 +57,7 @@ def _rendezvous(g: argparse._ArgumentGroup) -> None:
         "--master_port",
         type=int,
         default=None,
-        help="port on node 0 (None on one node: a free port chosen by the OS)",
+        help="port on node 0 (None on one node: a free port chosen by the OS; on several nodes: 29500, torchrun's)",
     )
     add(
         "--rdzv-backend",
@@ -62,7 +71,8 @@ def _rendezvous(g: argparse._ArgumentGroup) -> None:
         "--rdzv-endpoint",
         "--rdzv_endpoint",
         default="",
-        help="HOST[:PORT] where nodes meet; sets --master-addr/--master-port (port default 29400)",
+        help="HOST[:PORT] where nodes meet; sets --master-addr/--master-port (port default 29400; 0, one node "
+        "only: a free port)",
     )
     add(
         "--rdzv-id",
@@ -72,20 +82,6 @@ def _rendezvous(g: argparse._ArgumentGroup) -> None:
         dest="run_id",
         default=None,
         help="job id shared by all nodes (None: derived from the endpoint)",
-    )
-    add(
-        "--job-token",
-        "--job_token",
-        default=None,
-        help="multi-node: every node must prove this token to join (the host checks each one), so a node "
-        "without it is refused; visible in /proc/PID/cmdline to every user: prefer --job-token-file or "
-        "NEURAL_ARCH_JOB_TOKEN (None: those, else --rdzv-id, else the scheduler's job id such as SLURM_JOB_ID)",
-    )
-    add(
-        "--job-token-file",
-        "--job_token_file",
-        default=None,
-        help="read the job token from the first line of this file (keep it mode 0600)",
     )
     add(
         "--rdzv-conf",
@@ -102,16 +98,28 @@ def _rendezvous(g: argparse._ArgumentGroup) -> None:
     add("--start-timeout", "--start_timeout", type=float, default=600, help="seconds to wait for all nodes to join")
 
 
+def _job_token(g: argparse._ArgumentGroup) -> None:
+    add = g.add_argument
+    add(
+        "--job-token",
+        "--job_token",
+        default=None,
+        help="multi-node: every node must prove this token to join (the host checks each one), so a node "
+        "without it is refused; visible in /proc/PID/cmdline to every user: prefer --job-token-file or "
+        "NEURAL_ARCH_JOB_TOKEN (None: those, else --rdzv-id, else the scheduler's job id such as SLURM_JOB_ID)",
+    )
+    add(
+        "--job-token-file",
+        "--job_token_file",
+        default=None,
+        help="read the job token from the first line of this file (keep it mode 0600)",
+    )
+
+
 def _program(g: argparse._ArgumentGroup) -> None:
     add = g.add_argument
     add("-m", "--module", action="store_true", help="SCRIPT is a module name, run as with 'python -m'")
     add("--no-python", "--no_python", action="store_true", help="SCRIPT is an executable, run without python")
-    add(
-        "--run-path",
-        "--run_path",
-        action="store_true",
-        help="run SCRIPT with runpy.run_path in the worker's interpreter: what this launcher always does",
-    )
     add("--role", default="default", help="name of the workers' role (ROLE_NAME in their environment)")
     add(
         "--virtual-local-rank",
@@ -125,7 +133,7 @@ def _program(g: argparse._ArgumentGroup) -> None:
         choices=["auto", "none"],
         default="auto",
         help="auto (default): each worker its own cores when the workers' threads fill this node's CPUs; "
-        "none: the OS places them",
+        "none: the OS places them, as torchrun",
     )
     add(
         "--loader-workers",
@@ -144,8 +152,9 @@ def _restarts(g: argparse._ArgumentGroup) -> None:
         "--max_restarts",
         type=int,
         default=3,
-        help="group restarts after a failure before giving up (torchrun: 0); a rank failing with the same Python "
-        "exception at the same place on two attempts in a row, with no checkpoint saved in between, stops at once",
+        help="group restarts after a failure before giving up (torchrun: 0, as --max-restarts 0); a rank failing "
+        "with the same Python exception at the same place on two attempts in a row, with no checkpoint saved in "
+        "between, stops at once",
     )
     add(
         "--monitor-interval", "--monitor_interval", type=float, default=0.1, help="seconds between worker health checks"
@@ -173,7 +182,13 @@ def _restarts(g: argparse._ArgumentGroup) -> None:
 
 def _output(g: argparse._ArgumentGroup) -> None:
     add = g.add_argument
-    add("--log-dir", "--log_dir", default=None, help="write each rank's whole output to LOG_DIR/rank_N.log")
+    add(
+        "--log-dir",
+        "--log_dir",
+        default=None,
+        help="torchrun's layout, LOG_DIR/<run_id>_<random>/attempt_<k>/<local_rank>/error.json (stdout.log, "
+        "stderr.log with --tee/--redirects), plus each rank's whole output, every attempt, in LOG_DIR/rank_N.log",
+    )
     add("--rank0-only", "--rank0_only", action="store_true", help="show only global rank 0's output on the console")
     add(
         "--local-ranks-filter",
@@ -185,14 +200,22 @@ def _output(g: argparse._ArgumentGroup) -> None:
         "-r",
         "--redirects",
         default="0",
-        help="keep a rank's output off the console (log file only): 3, or per local rank 0:3,1:0; "
-        "1/2 (one stream only) are refused: stdout and stderr are one ordered stream here",
+        help="streams that go to their stdout.log/stderr.log only, off the console: 1 stdout, 2 stderr, 3 both, "
+        "or per local rank 0:3,1:2",
     )
     add(
         "-t",
         "--tee",
         default="0",
-        help="accepted for torchrun: output always goes to the console and to the rank's log file here",
+        help="streams that go to their stdout.log/stderr.log and the console (values as --redirects)",
+    )
+    add(
+        "--output-prefix",
+        "--output_prefix",
+        choices=["rank", "torchrun"],
+        default="rank",
+        help="rank: every console line of a worker starts '[rank N] '; torchrun: as torchrun, none but on a "
+        "--tee'd stream's lines, '[<role><local rank>]:' (or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)",
     )
     add(
         "--verbose",
@@ -208,7 +231,8 @@ def _accepted(g: argparse._ArgumentGroup) -> None:
         "--start_method",
         default="spawn",
         choices=["spawn", "fork", "forkserver"],
-        help="no effect: a script runs in a fresh process, as with torchrun",
+        help="no effect, as under torchrun, which uses it only with --run-path (refused here): a script runs "
+        "in a fresh process",
     )
     add(
         "--event-log-handler",
@@ -224,4 +248,5 @@ def _accepted(g: argparse._ArgumentGroup) -> None:
     ):
         add(*names, default="", help=argparse.SUPPRESS)
     add("--logs-specs", "--logs_specs", default=None, help=argparse.SUPPRESS)
+    add("--run-path", "--run_path", action="store_true", help=argparse.SUPPRESS)
     add("--numa-binding", "--numa_binding", default=None, help=argparse.SUPPRESS)

@@ -1,9 +1,9 @@
 """torch elastic's rendezvous handlers, with stores that listen on one address and a job check.
 
-Use (``DistributedLauncher`` does): ``handler = rendezvous_handler(params, token)`` in place
-of torch's ``get_rendezvous_handler(params)``; ``params`` is a c10d or static
-``RendezvousParameters``, ``token`` the job token nodes must share (None: one node, or no
-token to check).
+Use (``DistributedLauncher`` does): ``handler = rendezvous_handler(rendezvous_parameters(config,
+run_id), token)`` in place of torch's ``get_rendezvous_handler(params)``: the parameters are a
+c10d or static rendezvous (one node: on a free loopback port), ``token`` the job token nodes
+must share (None: one node, or no token to check).
 
 What differs from torch's own handlers, and why:
 - The rendezvous store and, for c10d, the agent store that rank 0's agent hosts for the
@@ -12,15 +12,23 @@ What differs from torch's own handlers, and why:
 - With a job token, every store sits on loopback behind a gate (``gate.py``) that lets a
   connection through only after it proved the token: the host refuses a node without it
   before that node can read or write a rendezvous key, so it never gets a rank.
+- ``quiet_store_warnings()``: while a job runs, the launcher's C++ store warnings (a lost
+  c10d host prints two ``TCPStore.cpp`` warnings with 30 C++ frames each) stay off unless
+  ``--verbose``; the launcher says what happened in one line (``launch.lost_rendezvous_line``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Optional, Union
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
+import torch
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousParameters
 from torch.distributed.elastic.rendezvous.api import RendezvousInfo, RendezvousStoreInfo
@@ -32,6 +40,9 @@ from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 from neural_arch.distributed.launcher.gate import Forwarder, Gate, forwarded
 from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken
 from neural_arch.distributed.launcher.listen import LOOPBACK, client_store, hosts_here, serving_store
+
+if TYPE_CHECKING:
+    from neural_arch.distributed.launcher.config import LaunchConfig
 
 DEFAULT_PORT = 29400
 
@@ -47,6 +58,23 @@ waits ``--start_timeout`` (600 s) for the same; both now ride out a cut of up to
 
 AGENT_STORE_TIMEOUT = timedelta(seconds=300)
 """torch's default for the agent store it would have created itself."""
+
+
+def rendezvous_parameters(c: LaunchConfig, run_id: str) -> RendezvousParameters:
+    """Where and how the nodes of ``c`` meet: torch elastic's parameters for ``rendezvous_handler``."""
+    # One node: the agent store the workers meet at is on loopback (torch: this host's FQDN).
+    local_addr = c.local_addr or (LOOPBACK if c.max_nodes == 1 else None)
+    extra: dict[str, Any] = {"local_addr": local_addr, **c.rdzv_conf}
+    one_node = c.max_nodes == 1 and not c.master_port  # None or 0; torchrun: a free port too (its c10d on localhost:0)
+    # Port 0: the OS picks a free port atomically, so concurrent jobs never collide.
+    endpoint = f"{LOOPBACK}:0" if one_node else f"{c.master_addr}:{c.master_port}"
+    if c.c10d:  # nodes meet; node ranks are assigned
+        settings = {"join_timeout": c.start_timeout, **({} if one_node else {"last_call_timeout": 2}), **extra}
+        return RendezvousParameters("c10d", endpoint, run_id, c.min_nodes, c.max_nodes, **settings)
+    # One node meets nobody: a static store, on a free port unless one is given. torch's c10d rendezvous
+    # would first sleep a random 0-0.3 s (to spread many nodes' joins), on every job's way to its first step.
+    settings = {"rank": 0 if one_node else c.node_rank, "timeout": c.start_timeout, **extra}
+    return RendezvousParameters("static", endpoint, run_id, c.max_nodes, c.max_nodes, **settings)
 
 
 def rendezvous_handler(params: RendezvousParameters, token: Optional[JobToken]) -> RendezvousHandler:
@@ -166,3 +194,34 @@ def _static_handler(params: RendezvousParameters, host: str, port: int, token: O
     handler._store = reached.store  # torch makes its own store in next_rendezvous only when it has none
     _closing_door(handler, reached.door)
     return handler
+
+
+CPP_ERROR_LEVEL = 2
+"""c10's log levels: 0 INFO, 1 WARNING, 2 ERROR (TORCH_CPP_LOG_LEVEL's numbers)."""
+
+
+@contextmanager
+def quiet_store_warnings(verbose: bool) -> Iterator[None]:
+    """Within the block, this process's c10 C++ log shows errors only, unless ``verbose``: a c10d
+    rendezvous store that vanished (its host's launcher died) makes every store call of the other
+    nodes' launchers warn with a C++ stack trace before the error the launcher reports in one
+    line. c10 reads TORCH_CPP_LOG_LEVEL once, at start-up; its level is the ``FLAGS_caffe2_log_level``
+    variable of libc10, set here (and put back). Where it cannot be found, nothing changes."""
+    flag = None if verbose else _cpp_log_level()
+    if flag is None or flag.value >= CPP_ERROR_LEVEL:
+        yield
+        return
+    before = flag.value
+    flag.value = CPP_ERROR_LEVEL
+    try:
+        yield
+    finally:
+        flag.value = before
+
+
+def _cpp_log_level() -> Optional[ctypes.c_int]:
+    try:
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libc10.so"), mode=getattr(os, "RTLD_NOLOAD", 0))
+        return ctypes.c_int.in_dll(lib, "FLAGS_caffe2_log_level")
+    except (OSError, ValueError, AttributeError):  # not Linux's libc10.so, or a build without the flag
+        return None

@@ -1,19 +1,30 @@
 """Turn torchrun's option values into ours, and refuse in one line what we cannot honour.
 
 Use: ``config_from_args(parse_launch_args(argv))`` (``config.py``) calls these; each raises
-``ValueError`` naming the option, its value and what works instead.
+``ValueError`` naming the option, its value and what works instead. ``logs_specs`` and
+``output_plan`` turn --log-dir/--tee/--redirects into torch elastic's files and the workers'
+stream plan (``launch.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
-from typing import Optional
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
-from torch.distributed.elastic.multiprocessing import Std
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+
+from neural_arch.distributed.launcher.output import OutputSpec
+
+if TYPE_CHECKING:
+    from neural_arch.distributed.launcher.config import LaunchConfig
 
 DEFAULT_RDZV_PORT = 29400
 """torchrun's port for a c10d endpoint given without one."""
+DEFAULT_MASTER_PORT = 29500
+"""torchrun's --master-port, where the nodes of a static rendezvous meet when none is given."""
 
 
 def refuse_unsupported(ns: argparse.Namespace) -> None:
@@ -26,7 +37,7 @@ def refuse_unsupported(ns: argparse.Namespace) -> None:
     instead = {
         "duplicate_stdout_filters": "grep the ranks' --log-dir/rank_N.log files instead",
         "duplicate_stderr_filters": "grep the ranks' --log-dir/rank_N.log files instead",
-        "logs_specs": "this launcher writes its own logs: --log-dir/rank_N.log",
+        "logs_specs": "this launcher writes torchrun's --log-dir layout itself, and LOG_DIR/rank_N.log",
         "numa_binding": "bind with numactl in front of the launcher instead",
     }
     for name, hint in instead.items():
@@ -36,6 +47,11 @@ def refuse_unsupported(ns: argparse.Namespace) -> None:
             )
     if ns.module and ns.no_python:
         raise ValueError("--module and --no-python exclude each other: a module needs python.")
+    if ns.run_path:
+        raise ValueError(
+            "--run-path is not supported by this launcher: each worker runs the script as `python SCRIPT` "
+            "would (torchrun's way without --run-path); drop --run-path."
+        )
 
 
 def split_endpoint(text: str) -> tuple[str, int]:
@@ -65,39 +81,30 @@ def rdzv_conf(text: str) -> dict[str, str]:
     return conf
 
 
-def console_local_ranks(filter_text: str, redirects: str, nproc: int) -> Optional[tuple[int, ...]]:
-    """Local ranks whose output the console shows (None: all), from --local-ranks-filter and
-    --redirects (a rank whose stdout and stderr both go to the log file only is hidden)."""
-    shown = set(range(nproc))
-    if filter_text.strip():
-        try:
-            shown &= {int(part) for part in filter_text.split(",") if part.strip()}
-        except ValueError:
-            raise ValueError(
-                f"--local-ranks-filter={filter_text!r} must be comma-separated local ranks, e.g. 0,1."
-            ) from None
+def console_local_ranks(filter_text: str, nproc: int) -> Optional[tuple[int, ...]]:
+    """Local ranks whose output the console shows, from --local-ranks-filter (None: all)."""
+    if not filter_text.strip():
+        return None
     try:
-        spec = Std.from_str(redirects)
+        shown = {int(part) for part in filter_text.split(",") if part.strip()}
     except ValueError:
-        raise ValueError(f"--redirects={redirects!r} must be 0-3, or LOCAL_RANK:N,... e.g. 0:3,1:0.") from None
-    per_rank = spec if isinstance(spec, dict) else {rank: spec for rank in range(nproc)}
-    for rank, std in per_rank.items():
-        if std in (Std.OUT, Std.ERR):
-            raise ValueError(
-                f"--redirects={redirects!r}: redirecting only stdout or only stderr is not supported "
-                "(they are one ordered stream here); use 3 (both, log file only) or 0."
-            )
-        if std == Std.ALL:
-            shown.discard(rank)
-    return None if shown == set(range(nproc)) else tuple(sorted(shown))
+        raise ValueError(
+            f"--local-ranks-filter={filter_text!r} must be comma-separated local ranks, e.g. 0,1."
+        ) from None
+    return tuple(sorted(shown & set(range(nproc))))
 
 
-def check_tee(tee: str) -> None:
-    """--tee is accepted in torchrun's syntax (output always goes to console and log here)."""
+def stream_masks(text: str, nproc: int, option: str) -> dict[int, int]:
+    """torchrun's --redirects / --tee value (``3``, ``1``, ``0:3,1:2``) as each local rank's streams,
+    a mask of 1 (stdout) and 2 (stderr); ranks not named: 0."""
     try:
-        Std.from_str(tee)
+        spec = Std.from_str(text)
     except ValueError:
-        raise ValueError(f"--tee={tee!r} must be 0-3, or LOCAL_RANK:N,... e.g. 0:3.") from None
+        raise ValueError(
+            f"--{option}={text!r} must be 0-3 (1 stdout, 2 stderr, 3 both), or LOCAL_RANK:N,... e.g. 0:3,1:2."
+        ) from None
+    per_rank = spec if isinstance(spec, dict) else dict.fromkeys(range(nproc), spec)
+    return {rank: int(std.value) for rank, std in per_rank.items() if 0 <= rank < nproc}
 
 
 def check_signals(names: str) -> tuple[str, ...]:
@@ -117,3 +124,29 @@ def check_event_handler(name: str) -> None:
         raise ValueError(
             f"--event-log-handler={name!r} is not a torch elastic handler; use one of {sorted(_log_handlers)}."
         )
+
+
+def logs_specs(config: LaunchConfig, scratch: Path) -> DefaultLogsSpecs:
+    """torch elastic's files (error.json, the folders of stdout.log/stderr.log): torchrun's layout
+    under --log-dir; without one, in the scratch directory, removed at the end, unless a stream
+    goes to a file (--tee/--redirects): then, as torchrun, in a kept torchelastic_* temporary folder."""
+    files = any(config.redirect_masks.values()) or any(config.tee_masks.values())
+    if config.log_dir is None and not files:
+        return DefaultLogsSpecs(log_dir=str(scratch / "elastic"))
+    specs = DefaultLogsSpecs(log_dir=config.log_dir)
+    if config.log_dir is None:
+        print(
+            f"launcher: note: --tee/--redirects without --log-dir: the ranks' stdout.log/stderr.log go "
+            f"under {specs.root_log_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return specs
+
+
+def output_plan(config: LaunchConfig, template: Optional[str]) -> str:
+    """NEURAL_ARCH_OUTPUT: each local rank's streams (output.py); ``template``: torchrun's
+    TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, for ``--output-prefix torchrun``."""
+    c = config
+    prefix = template if c.output_prefix == "torchrun" else None
+    return OutputSpec.plan(c.nproc, c.redirect_masks, c.tee_masks, c.output_prefix, c.role, prefix).to_text()

@@ -153,16 +153,14 @@ def test_occupied_port_fails_fast_with_a_clear_message(tmp_path):
 
 
 def test_workers_see_torchrun_variables_and_output_is_prefixed(tmp_path):
-    proc = launch(
-        PROBE, "--nproc_per_node=2", f"--log_dir={tmp_path / 'logs'}", str(tmp_path), "ok", "--", "--nnodes", "x"
-    )
+    proc = launch("--nproc_per_node=2", f"--log_dir={tmp_path / 'logs'}", PROBE, str(tmp_path), "ok", "--nnodes", "x")
     assert proc.returncode == 0, proc.stderr
     got = records(tmp_path)
     env = got["rank_1_attempt_0"]["env"]
     assert env["RANK"] == "1" and env["LOCAL_RANK"] == "1" and env["WORLD_SIZE"] == "2"
     assert env["LOCAL_WORLD_SIZE"] == "2" and env["GROUP_RANK"] == "0" and env["TORCHELASTIC_RESTART_COUNT"] == "0"
     assert env["MASTER_ADDR"] and env["MASTER_PORT"] and env["TORCHELASTIC_RUN_ID"]
-    assert got["rank_1_attempt_0"]["argv"] == ["--nnodes", "x"]  # after `--`: the script's
+    assert got["rank_1_attempt_0"]["argv"] == ["--nnodes", "x"]  # after the script: the script's
     assert "[rank 0] hello from rank 0 of 2" in proc.stdout and "[rank 1] hello from rank 1 of 2" in proc.stdout
     log1 = (tmp_path / "logs" / "rank_1.log").read_text()
     assert "hello from rank 1 of 2, attempt 0" in log1 and "[rank" not in log1
@@ -179,7 +177,7 @@ def test_rank0_only_console(tmp_path):
     [
         (["--nproc_per_node=zero", PROBE], "nproc_per_node='zero'"),
         (["--nnodes=3:1", PROBE], "nnodes='3:1'"),
-        (["--nnodes=2", PROBE], "needs --master_port"),
+        (["--nnodes=2", "--master_port=0", PROBE], "port 0 (a free port) works on one node only"),
         (["--bogus=1", PROBE], "unknown launcher option '--bogus=1'"),
         (["missing_script.py"], "script 'missing_script.py' not found"),
         ([], "no script given"),
@@ -192,15 +190,17 @@ def test_usage_errors_exit_2_with_one_line(args, message):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_both_argument_orders():
+def test_everything_after_the_script_is_the_scripts_as_under_torchrun():
     assert split_argv(["--nproc_per_node=2", "t.py", "--lr", "1"]) == (["--nproc_per_node=2"], "t.py", ["--lr", "1"])
     assert split_argv(["t.py", "--nproc_per_node", "8", "--lr", "1", "--backend=gloo"]) == (
-        ["--nproc_per_node", "8", "--backend=gloo"],
+        [],
         "t.py",
-        ["--lr", "1"],
+        ["--nproc_per_node", "8", "--lr", "1", "--backend=gloo"],
     )
     assert split_argv(["--nnodes=1", "t.py", "--nproc_per_node=3"]) == (["--nnodes=1"], "t.py", ["--nproc_per_node=3"])
     assert split_argv(["t.py", "--", "--nproc_per_node=3"]) == ([], "t.py", ["--nproc_per_node=3"])
+    assert split_argv(["t.py", "a", "--", "b"]) == ([], "t.py", ["a", "--", "b"])
+    assert split_argv(["--nnodes=1", "--", "t.py", "--x"]) == (["--nnodes=1"], "t.py", ["--x"])
 
 
 def test_python_api(tmp_path):

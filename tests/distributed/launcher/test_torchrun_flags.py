@@ -36,14 +36,19 @@ def launch(*args: str, cwd=None, timeout: float = 120, cmd=LAUNCHER) -> subproce
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--nproc_per_nod=2", PROBE], "unknown launcher option '--nproc_per_nod=2'; did you mean --nproc-per-node?"),
-        (["--max-restart", "1", PROBE], "did you mean --max-restarts?"),
+        (
+            ["--nprocs_per_node=2", PROBE],
+            "unknown launcher option '--nprocs_per_node=2'; did you mean --nproc-per-node?",
+        ),
+        (["--max-restars", "1", PROBE], "did you mean --max-restarts?"),
         (["--max-restarts=x", PROBE], "argument --max-restarts/--max_restarts: invalid int value: 'x'"),
         (["--numa-binding=node", PROBE], "--numa-binding='node' is not supported by this launcher"),
         (["--rdzv-backend=etcd", PROBE], "--rdzv-backend=etcd is not supported by this launcher"),
         (["--rdzv-backend=etcd-v2", PROBE], "use --rdzv-backend=c10d with --rdzv-endpoint=HOST:PORT"),
         (["--rdzv-backend=zk", PROBE], "rdzv_backend='zk' must be 'static', 'c10d' or None (automatic)"),
-        (["--redirects=1", PROBE], "redirecting only stdout or only stderr is not supported"),
+        (["--redirects=5", PROBE], "--redirects='5' must be 0-3 (1 stdout, 2 stderr, 3 both)"),
+        (["--tee=x", PROBE], "--tee='x' must be 0-3"),
+        (["--run-path", PROBE], "--run-path is not supported by this launcher"),
         (["--standalone", "--nnodes=2", PROBE], "--standalone is a one-node job"),
         (["-m", "no_such_module_xyz"], "module 'no_such_module_xyz' not found"),
         (["--no_python", "no_such_program_xyz"], "executable 'no_such_program_xyz' not found"),
@@ -63,11 +68,11 @@ def test_both_commands_exit_2_with_their_own_name():
         (LAUNCHER, "python -m neural_arch.distributed.launcher"),
         ([sys.executable, "-m", "neural_arch.cli", "launch"], "neural-arch launch"),
     ):
-        proc = launch("--nproc_per_nod=2", PROBE, cmd=cmd, timeout=60)
+        proc = launch("--nprocs_per_node=2", PROBE, cmd=cmd, timeout=60)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert (
-            proc.stderr == f"{prog}: error: unknown launcher option '--nproc_per_nod=2'; did you mean "
-            "--nproc-per-node? (script options go after the script or after --)\n"
+            proc.stderr == f"{prog}: error: unknown launcher option '--nprocs_per_node=2'; did you mean "
+            "--nproc-per-node? (script options go after the script)\n"
         ), proc.stderr
 
 
@@ -77,7 +82,14 @@ def test_help_shows_every_default_and_both_spellings():
     options = [a for a in parser._actions if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS]
     assert text.count("(default:") == len(options)
     # Only what works is listed: torchrun's refused options are parsed (to say why) but never shown.
-    for refused in ("etcd", "--numa-binding", "--logs-specs", "--duplicate-stdout-filters", "not supported"):
+    for refused in (
+        "etcd",
+        "--numa-binding",
+        "--logs-specs",
+        "--duplicate-stdout-filters",
+        "--run-path",
+        "not supported",
+    ):
         assert refused not in text, refused
     assert "--rdzv-backend {static,c10d}" in text
     assert "--max-restarts MAX_RESTARTS, --max_restarts MAX_RESTARTS" in text and "(default: 3)" in text
@@ -96,8 +108,8 @@ def test_help_shows_every_default_and_both_spellings():
         "--monitor-interval",
         "--start-method",
         "--standalone",
-        "--run-path",
         "--local-addr",
+        "--output-prefix",
         "--signals-to-handle",
         "--shutdown-timeout",
         "--virtual-local-rank",
@@ -106,10 +118,10 @@ def test_help_shows_every_default_and_both_spellings():
         assert flag in text, flag
 
 
-def test_short_options_and_both_orders_split():
+def test_short_options_split_and_the_rest_is_the_scripts():
     assert split_argv(["-m", "pkg.train", "--lr", "1"]) == (["-m"], "pkg.train", ["--lr", "1"])
     assert split_argv(["-r3", "--tee", "3", "t.py", "-r"]) == (["-r3", "--tee", "3"], "t.py", ["-r"])
-    assert split_argv(["t.py", "--rdzv_endpoint=h:1", "-m", "x"]) == (["--rdzv_endpoint=h:1"], "t.py", ["-m", "x"])
+    assert split_argv(["t.py", "--rdzv_endpoint=h:1", "-m", "x"]) == ([], "t.py", ["--rdzv_endpoint=h:1", "-m", "x"])
 
 
 MODULE = """
