@@ -22,6 +22,7 @@ import torch
 import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint import CheckpointWriter
 from neural_arch.training.callbacks import Callback, FinishEvent, SaveEvent, StepEvent, ValidationEvent
+from neural_arch.training.kubeflow_progress import with_trainjob_progress
 
 
 class StepFunction(Callback):
@@ -43,6 +44,15 @@ class RunCallbacks:
         """The first reason a callback on this rank gave to stop (None: none asked)."""
         self.pending: Optional[tuple[int, Path]] = None
         """A background save not known to be committed yet: (step, its directory)."""
+
+    @classmethod
+    def for_run(
+        cls, callbacks: Sequence[Callback], on_step: Optional[Callable[[int], None]], steps: int
+    ) -> RunCallbacks:
+        """The user's callbacks, ``train(on_step=fn)`` as one more, and in a Kubeflow TrainJob pod
+        whose status server is set, a progress reporter (kubeflow_progress.py): a run reports by itself."""
+        own = [*callbacks, *([StepFunction(on_step)] if on_step is not None else [])]
+        return cls(with_trainjob_progress(own), steps)
 
     @property
     def rank(self) -> int:

@@ -32,7 +32,7 @@ from neural_arch.training.loss_plot import LossPlot
 from neural_arch.training.prefetch import next_batch
 from neural_arch.training.profiling import StepProfiler
 from neural_arch.training.reporting import RunReporter
-from neural_arch.training.run_callbacks import RunCallbacks, StepFunction
+from neural_arch.training.run_callbacks import RunCallbacks
 from neural_arch.training.run_end import run_throughput, step_times_per_rank, task_report, write_outputs
 from neural_arch.training.run_progress import RunProgress, global_batches
 from neural_arch.training.run_start import (
@@ -96,7 +96,7 @@ class Trainer:
     ) -> None:
         self.cfg = cfg
         self.resume = resume or cfg.checkpoint.resume
-        self.hooks = RunCallbacks([*callbacks, *([StepFunction(on_step)] if on_step else [])], cfg.training.steps)
+        self.hooks = RunCallbacks.for_run(callbacks, on_step, cfg.training.steps)
         self.create_data = create_data
         self.stopped_early: Optional[tuple[int, int, str]] = None
         """(step, steps, why) of a run a callback stopped before ``training.steps`` (None: it did not)."""

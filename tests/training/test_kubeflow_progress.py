@@ -230,11 +230,6 @@ def test_with_trainjob_progress_adds_one_reporter_only_where_the_pod_has_a_statu
     assert with_trainjob_progress(added, env) == added  # one given already: not a second
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="trainer.py does not call kubeflow_progress.with_trainjob_progress yet (the one line in H6's report); "
-    "remove this mark when it does",
-)
 def test_a_run_in_a_trainjob_pod_reports_by_itself(server, tmp_path, monkeypatch):
     """``train(cfg)`` with no callbacks, in a pod whose environment names the status server."""
     from neural_arch.training.config import load_config
