@@ -231,8 +231,8 @@ def _accepted(g: argparse._ArgumentGroup) -> None:
         "--start_method",
         default="spawn",
         choices=["spawn", "fork", "forkserver"],
-        help="no effect, as under torchrun, which uses it only with --run-path (refused here): a script runs "
-        "in a fresh process",
+        help="no effect, as under torchrun, which uses it only to run a script in-process (its run-path mode, "
+        "refused here): a script runs in a fresh process",
     )
     add(
         "--event-log-handler",
