@@ -33,8 +33,8 @@ def run_script(name: str, starter: str) -> str:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     if starter == "python":
         cmd = [sys.executable, script]
-    elif starter == "launcher":  # torchrun's order (issue 37): after the script, options are the script's
-        cmd = [sys.executable, "-m", "neural_arch.distributed.launcher", "--nproc_per_node=2", "--backend=gloo", script]
+    elif starter == "launcher":  # the seeds' own order (script, then options), kept for this entry point
+        cmd = [sys.executable, "-m", "neural_arch.distributed.launcher", script, "--nproc_per_node=2", "--backend=gloo"]
     else:
         cmd = [
             sys.executable,

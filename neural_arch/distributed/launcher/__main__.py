@@ -7,6 +7,8 @@ package ``__init__`` already imported).
 
 import sys
 
+from neural_arch.distributed.launcher.args import seed_order
 from neural_arch.distributed.launcher.launch import main
 
-sys.exit(main())
+# The seeds' order (script, then launcher options) is kept for this entry point: args.seed_order.
+sys.exit(main(seed_order(sys.argv[1:])))

@@ -136,6 +136,30 @@ def split_argv(
     return ours, argv[i], rest[1:] if rest[:1] == ["--"] else rest
 
 
+def seed_order(argv: Sequence[str], parser: Optional[argparse.ArgumentParser] = None) -> list[str]:
+    """The seeds' order for ``python -m neural_arch.distributed.launcher`` (seed 003: ``launcher
+    train.py --nproc_per_node=8 --backend=nccl``) in torchrun's: when the script comes first and
+    every token after it is a long launcher option (with its value), they are the launcher's and
+    move before the script. Anything else is left as torchrun reads it, so a script argument that
+    is not a launcher option (``train.py --epochs 3 --backend gloo``) keeps all of them for the
+    script; ``neural-arch launch`` follows torchrun alone."""
+    argv = list(argv)
+    if len(argv) < 2 or argv[0].startswith("-"):
+        return argv
+    known = _spellings(parser or build_parser())
+    moved: list[str] = []
+    i = 1
+    while i < len(argv):
+        action = _lookup(argv[i], known, short=False)
+        if action is None or action.dest == "help":
+            return argv
+        try:
+            i = _take(argv, i, action, moved)
+        except LaunchUsageError:
+            return argv
+    return [*moved, argv[0]]
+
+
 LAUNCHER_ONLY = frozenset(
     ("nproc_per_node", "nnodes", "node_rank", "max_restarts", "standalone", "rdzv_backend", "rdzv_endpoint", "run_id")
 )
