@@ -19,88 +19,23 @@ SCRIPT ARGS``; you rarely run it by hand.
 from __future__ import annotations
 
 import argparse
-import io
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 from neural_arch.distributed.checkpoint.progress import on_checkpoint_saved
 from neural_arch.distributed.env import detect_cluster_env
+from neural_arch.distributed.env.worker_output import output_settings
 from neural_arch.distributed.launcher.cpu_bind import bind_worker, parse_cpus
 from neural_arch.distributed.launcher.crash_report import report_failure
 from neural_arch.distributed.launcher.lifeline import die_with_parent
 from neural_arch.distributed.launcher.log_format import attempt_header, attempt_number, log_path, progress_marker
+from neural_arch.distributed.launcher.output import start_output
 from neural_arch.distributed.launcher.program import run_executable, run_python
 from neural_arch.distributed.launcher.repeats import ShownTracebacks
 from neural_arch.distributed.launcher.stacks import dump_stacks_on_request
-from neural_arch.utils.file_lock import lock_file
 from neural_arch.utils.safe_files import open_no_follow
-
-LOGPUMP = str(Path(__file__).with_name("logpump.py"))
-
-"""Run by path, not ``-m``: importing it as a module would first import neural_arch's
-package ``__init__``s (and torch), seconds instead of milliseconds per worker start."""
-
-
-class OutputTee:
-    """Route fds 1 and 2 through a pipe to a pump process (logpump.py) that writes the log
-    file and the prefixed console lines, and survives this process being killed."""
-
-    def __init__(self, prefix: str, log_path: Optional[Path], show: bool) -> None:
-        log_fd = -1
-        if log_path is not None:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            log_fd = open_no_follow(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            # A previous attempt's pump may still hold the lock briefly; after 10 s write
-            # unlocked rather than not at all.
-            lock_file(log_fd, exclusive=True, timeout=10.0)
-        read_fd, write_fd = os.pipe()
-        self.pump = subprocess.Popen(
-            [sys.executable, LOGPUMP, prefix, str(log_fd), "1" if show else "0"],
-            stdin=read_fd,
-            close_fds=True,
-            pass_fds=(log_fd,) if log_fd >= 0 else (),
-            # Its own session: the launcher SIGKILLs a stopped worker's whole process group,
-            # and the pump must outlive that long enough to write the worker's last lines.
-            start_new_session=True,
-        )
-        if log_fd >= 0:
-            # The pump shares this open file and so its lock, which is released only when the
-            # pump exits too: a reader that waits for the lock sees every line (log_format.py).
-            os.close(log_fd)
-        os.close(read_fd)
-        self.saved = (os.dup(1), os.dup(2))
-        os.dup2(write_fd, 1)
-        os.dup2(write_fd, 2)
-        os.close(write_fd)
-        _rebind_python_streams()
-
-    def close(self) -> None:
-        """Restore the original fds; the pump drains what is left and exits."""
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os.dup2(self.saved[0], 1)
-        os.dup2(self.saved[1], 2)
-        _rebind_python_streams()
-        try:
-            self.pump.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # a child of the script still holds the pipe
-            pass
-
-
-def _rebind_python_streams() -> None:
-    # Line-buffered text streams on fds 1/2, so lines arrive whole and in order.
-    sys.stdout = io.TextIOWrapper(
-        os.fdopen(1, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True
-    )
-    sys.stderr = io.TextIOWrapper(
-        os.fdopen(2, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True
-    )
 
 
 def _exit_code(code: object) -> int:
@@ -177,7 +112,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             os.write(header, (attempt_header(rank, cluster.attempt, os.getpid()) + "\n").encode())
         finally:
             os.close(header)
-    tee = OutputTee(f"[rank {rank}] ", log, show)
+    tee = start_output(*output_settings(), rank, cluster.local_rank, log, show)
     stacks = dump_stacks_on_request(log)
     if ns.bind_cpus:  # after the log pump started: it need not share this rank's cores
         bind_worker(parse_cpus(ns.bind_cpus), cluster.local_rank, cluster.local_world_size)
