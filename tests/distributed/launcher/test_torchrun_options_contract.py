@@ -43,9 +43,11 @@ DOCS = Path(__file__).resolve().parents[3] / "docs"
 CONTRACT = """
 import json, os, sys
 keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_MAX_RESTARTS")
-print("argv " + json.dumps(sys.argv[1:]), flush=True)
-print("env " + json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
-print("to stderr from rank " + os.environ["RANK"], file=sys.stderr, flush=True)
+# One write per line: print() writes the text and its newline apart, so two ranks on one pipe
+# (torchrun without a prefix) could interleave them into one line under load.
+sys.stdout.write("argv " + json.dumps(sys.argv[1:]) + "\\n"); sys.stdout.flush()
+sys.stdout.write("env " + json.dumps({k: os.environ.get(k) for k in keys}) + "\\n"); sys.stdout.flush()
+sys.stderr.write("to stderr from rank " + os.environ["RANK"] + "\\n"); sys.stderr.flush()
 """
 
 FAILS_ONCE = """
