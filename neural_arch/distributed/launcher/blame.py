@@ -80,7 +80,9 @@ def how(record: FailureRecord) -> str:
     return f"exited with code {record.exitcode}"
 
 
-def _clip(text: str, limit: int = 160) -> str:
+def _clip(text: str, limit: int = 480) -> str:
+    # Long enough for a collective timeout's whole diagnosis (who did not arrive, silent for how
+    # long, on which host): the restart line is the only place a restarted rank's error is shown.
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
