@@ -28,7 +28,9 @@ def one_line(capsys, *argv):
 @pytest.mark.parametrize("count", ["0", "-1", "1000"])
 def test_bad_process_counts_are_refused(tmp_path, capsys, count):
     err = one_line(capsys, "--nproc-per-node", count, "--set", f"run.dir={tmp_path / 'run'}")
-    assert "must be a positive integer" in err if count != "1000" else "--nproc-per-node 1000: more processes than" in err
+    assert (
+        "must be a positive integer" in err if count != "1000" else "--nproc-per-node 1000: more processes than" in err
+    )
     assert not (tmp_path / "run").exists()  # refused before anything was created
 
 
