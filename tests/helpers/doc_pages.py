@@ -5,9 +5,11 @@ docs/hooks/ (the mkdocs hooks are not a package, so they are loaded from their p
 
 The code-block convention (docs pages and README.md): fenced ``python`` and ``bash`` blocks run,
 in order, one fresh temporary directory per page. An HTML comment on the line right before the
-opening fence changes that: ``<!-- not run: REASON -->`` skips the block (REASON required) and
+opening fence changes that: ``<!-- not run: REASON -->`` skips the block (REASON required),
 ``<!-- file: NAME -->`` writes the block's text to NAME in that directory instead (any
-language). ``sh``, ``shell`` and ``console`` blocks are not used: write ``bash``.
+language), and ``<!-- needs: PROGRAM -->`` runs the block where PROGRAM (a real scheduler the
+suite can bring up here: ``slurm``, ``mpirun``) is installed and skips it, with the reason, where
+it is not. ``sh``, ``shell`` and ``console`` blocks are not used: write ``bash``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ REFUSED = ("sh", "shell", "console")
 """Languages the convention leaves out (write bash), so a block never silently goes unrun."""
 
 OPEN = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
-MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not run|file)\s*:(?P<value>.*?)-->\s*$")
+MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not run|file|needs)\s*:(?P<value>.*?)-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,9 @@ class Block:
     lang: str
     text: str
     marker: Optional[str] = None
-    """``not run`` or ``file``, from the comment right above the fence; None without one."""
+    """``not run``, ``file`` or ``needs``, from the comment right above the fence; None without one."""
     value: str = ""
-    """The marker's reason or file name."""
+    """The marker's reason, file name or program."""
 
 
 def blocks(text: str) -> list[Block]:
