@@ -2,6 +2,7 @@
 
 The same as ``python -m neural_arch.distributed.launcher ...`` (see its ``--help``): N
 workers per node under torch elastic, restarts, per-rank logs, a failure summary.
+``--help`` and usage mistakes answer without importing torch (launcher/entry.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,6 @@ from typing import Sequence
 
 
 def main(argv: Sequence[str]) -> int:
-    from neural_arch.distributed.launcher import main as launcher_main
+    from neural_arch.distributed.launcher.entry import main as launcher_main
 
     return launcher_main(list(argv), prog="neural-arch launch")
