@@ -12,6 +12,9 @@ What differs from torch's own handlers, and why:
 - With a job token, every store sits on loopback behind a gate (``gate.py``) that lets a
   connection through only after it proved the token: the host refuses a node without it
   before that node can read or write a rendezvous key, so it never gets a rank.
+- A c10d node whose keep-alive stopped (its host vanished) is named by the other launchers
+  within torch's keep-alive expiry, not after ``training.timeout``, and an elastic group
+  re-forms without it at once (``lost_nodes.py``).
 - ``quiet_store_warnings()``: while a job runs, the launcher's C++ store warnings (a lost
   c10d host prints two ``TCPStore.cpp`` warnings with 30 C++ frames each) stay off unless
   ``--verbose``; the launcher says what happened in one line (``launch.lost_rendezvous_line``).
@@ -40,11 +43,14 @@ from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 from neural_arch.distributed.launcher.gate import Forwarder, Gate, forwarded
 from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken
 from neural_arch.distributed.launcher.listen import LOOPBACK, client_store, hosts_here, serving_store
+from neural_arch.distributed.launcher.lost_nodes import watch_lost_nodes
 
 if TYPE_CHECKING:
     from neural_arch.distributed.launcher.config import LaunchConfig
 
 DEFAULT_PORT = 29400
+NPROC_KEY = "neural_arch_nproc_per_node"
+"""The rendezvous parameter carrying this node's worker count (not a torch setting)."""
 
 
 class RendezvousUnreachable(RuntimeError):
@@ -70,6 +76,7 @@ def rendezvous_parameters(c: LaunchConfig, run_id: str) -> RendezvousParameters:
     endpoint = f"{LOOPBACK}:0" if one_node else f"{c.master_addr}:{c.master_port}"
     if c.c10d:  # nodes meet; node ranks are assigned
         settings = {"join_timeout": c.start_timeout, **({} if one_node else {"last_call_timeout": 2}), **extra}
+        settings[NPROC_KEY] = c.nproc  # for the lost-node line's ranks (lost_nodes.py); torch ignores it
         return RendezvousParameters("c10d", endpoint, run_id, c.min_nodes, c.max_nodes, **settings)
     # One node meets nobody: a static store, on a free port unless one is given. torch's c10d rendezvous
     # would first sleep a random 0-0.3 s (to spread many nodes' joins), on every job's way to its first step.
@@ -94,6 +101,7 @@ def rendezvous_handler(params: RendezvousParameters, token: Optional[JobToken]) 
     # workers a gated store of its own each attempt (agent.py), so nobody else needs it.
     handler._create_tcp_store_server = _loopback_agent_store if token else _agent_store  # type: ignore[method-assign]
     handler.next_rendezvous = _republishing(handler.next_rendezvous)  # type: ignore[method-assign]
+    watch_lost_nodes(handler, int(params.get(NPROC_KEY, 1) or 1))
     return handler
 
 
