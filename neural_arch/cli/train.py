@@ -123,7 +123,7 @@ def _finished(cfg: Config, ns: argparse.Namespace) -> bool:
 
     step = finished_step(cfg, ns.resume)
     if step is not None:
-        print(nothing_to_do_line(step, cfg.training.steps), flush=True)
+        print(nothing_to_do_line(step, cfg.training.steps, Path(cfg.run.dir)), flush=True)
     return step is not None
 
 

@@ -20,9 +20,10 @@ last step and the run's outputs, ``on_finish``. A callback may ask to stop with
 synchronise (at once after a step that validated or saved, else within about half a second),
 save that step, validate it and finish normally: the summary says ``stopped early at step N of
 M`` and why, and ``train`` returns the final metrics. Nothing in a callback is saved in the
-checkpoint: a run continued from its checkpoint starts its callbacks afresh. An exception
-raised in a callback ends the run on that rank as the user's error (the others then fail in
-their next collective, as on any error).
+checkpoint: a run continued from its checkpoint starts its callbacks afresh. A run stopped
+early and started again stays stopped, in one line, unless its checkpoint is named
+(finished_run.py). An exception raised in a callback ends the run on that rank as the user's
+error (the others then fail in their next collective, as on any error).
 
 ``EarlyStopping`` is the worked example; docs/callbacks.md shows a custom one.
 """

@@ -24,7 +24,7 @@ import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint import load_checkpoint
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, validate_config
-from neural_arch.training.finished_run import finished_summary, nothing_to_do_line
+from neural_arch.training.finished_run import finished_at, finished_summary, nothing_to_do_line
 from neural_arch.training.init_from import init_weights_from
 from neural_arch.training.layout_check import check_offload_device, layout_active
 from neural_arch.training.malloc import return_large_frees
@@ -113,8 +113,9 @@ def resume_from(components: TrainingComponents, resume: str, checkpoints: Path) 
         info, state = found
         why = _restore_failure(components, state, info.path)
         if why is None:
-            if nd.get_rank() == 0 and components.step < components.cfg.training.steps:
-                steps = components.cfg.training.steps
+            steps = components.cfg.training.steps
+            done = info.step >= steps or finished_at(info.step, steps, checkpoints.parent, resume)  # an early stop
+            if nd.get_rank() == 0 and not done:
                 print(f"resuming from step {info.step} of {steps} (checkpoint {info.path})", flush=True)
             return info.step
         if resume != "auto":
@@ -150,7 +151,7 @@ def finished_run_metrics(components: TrainingComponents, run_dir: Path) -> dict[
     """A finished run started again: say so and touch none of its outputs; its final metrics."""
     steps = components.cfg.training.steps
     if nd.get_rank() == 0:
-        print(nothing_to_do_line(components.step, steps), flush=True)
+        print(nothing_to_do_line(components.step, steps, run_dir), flush=True)
     values = finished_summary(run_dir) or {}
     return {k: float(v) for k, v in values.items() if "/" in k and isinstance(v, (int, float))}
 

@@ -26,6 +26,7 @@ from neural_arch.training.batch_workers import batch_builder
 from neural_arch.training.callbacks import Callback
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.config import Config, save_config
+from neural_arch.training.finished_run import finished_at
 from neural_arch.training.heap import frozen_heap
 from neural_arch.training.interval_metrics import IntervalMeter, first_step_flops, rank_peak
 from neural_arch.training.loss_plot import LossPlot
@@ -39,7 +40,6 @@ from neural_arch.training.run_start import (
     build_components,
     claimed_run_dir,
     finished_run_metrics,
-    finished_summary,
     resume_from,
     weights_from,
 )
@@ -111,7 +111,7 @@ class Trainer:
             resumed = resume_from(run, self.resume, self.run_dir / "checkpoints")
             if resumed is None and cfg.run.init_from:  # fine-tuning: another run's weights, all else anew
                 weights_from(run, cfg.run.init_from)
-            if resumed is not None and run.step >= steps and finished_summary(self.run_dir) is not None:
+            if resumed is not None and finished_at(run.step, steps, self.run_dir, self.resume):
                 return finished_run_metrics(run, self.run_dir)  # else it stopped after its last save: finish it
             self._open_outputs(resumed)
             with (

@@ -8,6 +8,7 @@ runs tests/scripts/train_fault.py under the launcher with one restart allowed.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,11 @@ def launch_fault(
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     )
+
+
+def copied_run(run: Path, dest: Path) -> Path:
+    """A copy of the finished run ``run`` at ``dest`` (its links kept, its lock dropped), for a
+    test that changes or restarts it while ``run`` stays as a module fixture made it."""
+    shutil.copytree(run, dest, symlinks=True)
+    (dest / ".lock").unlink(missing_ok=True)
+    return dest

@@ -7,7 +7,6 @@ step; not finished when more steps are asked, with ``--resume none``, without a 
 ``neural-arch train --nproc-per-node 2`` on it says so and starts no worker.
 """
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from neural_arch.training.config import load_config
 from neural_arch.training.finished_run import finished_step
 from neural_arch.training.trainer import train
 from tests.helpers.cli import cli
+from tests.helpers.trainer_runs import copied_run
 
 SETTINGS = ["training.steps=4", "checkpoint.every_steps=2", "logging.every_steps=2"]
 
@@ -29,10 +29,7 @@ def finished(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def run(finished, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(finished, copy, symlinks=True)
-    (copy / ".lock").unlink(missing_ok=True)
-    return copy
+    return copied_run(finished, tmp_path / "run")
 
 
 def _cfg(run: Path, *more: str):
