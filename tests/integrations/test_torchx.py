@@ -3,8 +3,8 @@ x 2 processes) and from the ``torchx run`` command (2 nodes x 1 process, our lau
 to one process; a failing run is FAILED with our one-line reason in its log; and with the ``slurm``
 scheduler on a real single-node SLURM where one can be started (skipped otherwise, with the reason).
 
-Run: ``.venv/bin/python -m pytest tests/integrations/test_torchx.py -q`` (about 80 s on the shared
-2-core machine, SLURM included: each run is a tiny float64 MLP, most of the time is Python and
+Run: ``.venv/bin/python -m pytest tests/integrations/test_torchx.py -q`` (149 s on the shared
+2-core machine at a load of 12, SLURM included: each run is a tiny float64 MLP, most of the time is Python and
 torch starting). Skipped when torchx is not installed (``pip install -e '.[torchx]'``; the dev
 extra has it).
 """
