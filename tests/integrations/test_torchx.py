@@ -24,6 +24,7 @@ pytest.importorskip("torchx", reason="torchx is the optional extra `neural_arch[
 
 from torchx.runner import get_runner  # noqa: E402
 from torchx.specs import AppDef, AppState  # noqa: E402
+from torchx.specs.builders import materialize_appdef  # noqa: E402
 
 from neural_arch.integrations.torchx import trainer  # noqa: E402
 from neural_arch.training.config import load_config  # noqa: E402
@@ -103,6 +104,27 @@ def test_a_failing_run_is_failed_with_our_reason_in_its_log(tmp_path):
     state, log = run_app(app, "local_cwd", {"log_dir": str(tmp_path / "torchx")})
     assert state == AppState.FAILED
     assert "neural-arch train: error: unknown key 'training.stepz' (did you mean 'training.steps'?)" in log, log
+
+
+def test_torchx_command_line_options_reach_our_launcher():
+    """What ``torchx run ... trainer --max_restarts 1 --create_data True`` builds (torchx parses the signature)."""
+    one = materialize_appdef(trainer, ["-j", "1x4", "--max_restarts", "1", "--create_data", "True", "optim.lr=0.1"])
+    role = one.roles[0]
+    assert (role.entrypoint, role.num_replicas) == ("neural-arch", 1)
+    assert role.args == [
+        "train",
+        "--nproc-per-node",
+        "4",
+        "--create-data",
+        "--set",
+        "optim.lr=0.1",
+        "--set",
+        "training.max_restarts=1",
+    ]
+    many = materialize_appdef(trainer, ["-j", "2x4", "--max_restarts", "1", "--config", "tiny"]).roles[0]
+    assert (many.entrypoint, many.num_replicas, many.args[0]) == ("bash", 2, "-c")
+    assert "neural-arch launch --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d" in many.args[1]
+    assert "--max-restarts 1" in many.args[1] and many.args[1].endswith("-m neural_arch.cli train --config tiny")
 
 
 def test_a_bad_topology_is_one_line():
