@@ -76,6 +76,7 @@ def _evaluate_or_launch(ns: argparse.Namespace, argv: list[str]) -> int:
             timeout=cfg.training.timeout,
             backend=None if cfg.training.backend == "auto" else cfg.training.backend,
             rank0_only=True,
+            output_prefix="torchrun",  # rank 0's lines as one process prints them: --json stays parseable JSON
         )
         return DistributedLauncher(launch).launch(__file__, *without_nproc(argv))
     return _evaluate_here(ns, load_config(_config_file(ns), ns.overrides, world_size=world))

@@ -3,7 +3,8 @@
 The tiny recipe in float64 (``training.precision=fp64``) trains 4 steps on one process,
 validating and saving at steps 2 and 4. On one process the evaluation repeats the trainer's
 computation, so the metrics are equal bit for bit (tolerance 0); on two processes the sums
-are reduced in another order, so within 1e-12.
+are reduced in another order, so within 1e-12; there ``--json`` still prints the JSON alone on
+stdout (rank 0's, unprefixed), for a script to parse.
 """
 
 from __future__ import annotations
@@ -45,11 +46,13 @@ def test_one_process_equals_the_trainer_exactly(run_dir: Path) -> None:
     assert json.loads(proc.stdout)["metrics"] == _validation_rows(run_dir)[2]
 
 
-def test_two_processes_within_1e_12(run_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.multiprocess
+def test_two_processes_within_1e_12_and_json_on_stdout(run_dir: Path, tmp_path: Path) -> None:
     output = tmp_path / "eval.json"
-    proc = cli("evaluate", str(run_dir), "--nproc-per-node", "2", "--output", str(output))
+    proc = cli("evaluate", str(run_dir), "--nproc-per-node", "2", "--output", str(output), "--json")
     assert proc.returncode == 0, proc.stderr
     written = json.loads(output.read_text())
+    assert json.loads(proc.stdout) == written  # stdout is the JSON alone: rank 0's, no "[rank 0] " before it
     assert written["world_size"] == 2
     expected = _validation_rows(run_dir)[4]
     assert written["metrics"].keys() == expected.keys()
