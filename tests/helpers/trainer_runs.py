@@ -50,6 +50,17 @@ BASE = [
 ]
 """The regression MLP's run (the default task)."""
 
+QUIET_SMALL = [
+    "data.num_samples=48",
+    "data.val_samples=8",
+    "model.hidden=8",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+    "checkpoint.every_steps=0",
+]
+"""``load_config(None, ["training.steps=N", *QUIET_SMALL, f"run.dir={run}"])``: an in-process run of
+the default regression task on 48 samples, no progress bar, no event files, no checkpoints."""
+
 
 TWENTY_STEPS = [
     f"{k}={v}"

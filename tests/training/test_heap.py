@@ -14,16 +14,9 @@ import pytest
 from neural_arch.training.config import load_config
 from neural_arch.training.heap import frozen_heap
 from neural_arch.training.trainer import train
+from tests.helpers.trainer_runs import QUIET_SMALL
 
-BASE = [
-    "training.steps=6",
-    "data.num_samples=48",
-    "data.val_samples=8",
-    "model.hidden=8",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-    "checkpoint.every_steps=0",
-]
+BASE = ["training.steps=6", *QUIET_SMALL]
 
 
 def test_frozen_heap_freezes_what_exists_and_unfreezes_on_error():

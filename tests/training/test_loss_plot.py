@@ -19,16 +19,9 @@ from pathlib import Path
 from neural_arch.training import loss_plot
 from neural_arch.training.config import load_config
 from neural_arch.training.trainer import train
+from tests.helpers.trainer_runs import QUIET_SMALL
 
-RUN = [
-    "training.steps=4",
-    "data.num_samples=48",
-    "data.val_samples=8",
-    "model.hidden=8",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-    "checkpoint.every_steps=0",
-]
+RUN = ["training.steps=4", *QUIET_SMALL]
 
 
 def run(tmp_path: Path) -> Path:
