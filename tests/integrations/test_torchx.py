@@ -1,24 +1,28 @@
 """torchx runs our ``trainer`` component for real: with the ``local_cwd`` scheduler from Python (1 node
 x 2 processes) and from the ``torchx run`` command (2 nodes x 1 process, our launcher on each), equal
-to one process; a failing run is FAILED with our one-line reason in its log; and with the ``slurm``
+to one process within 1e-10 (float64); a rank killed once is restarted by our launcher and the run
+still ends equal; a failing run is FAILED with our one-line reason in its log; and with the ``slurm``
 scheduler on a real single-node SLURM where one can be started (skipped otherwise, with the reason).
 
-Run: ``.venv/bin/python -m pytest tests/integrations/test_torchx.py -q`` (149 s on the shared
-2-core machine at a load of 12, SLURM included: each run is a tiny float64 MLP, most of the time is Python and
-torch starting). Skipped when torchx is not installed (``pip install -e '.[torchx]'``; the dev
-extra has it).
+Run: ``.venv/bin/python -m pytest tests/integrations/test_torchx.py -q`` (about 3.5 minutes on the
+shared 2-core machine at a load of 12, SLURM included; 149 s without the killed-rank run, which
+takes 66 s: each run is a tiny float64 MLP, most of the time is Python and torch starting).
+Skipped when torchx is not installed (``pip install -e '.[torchx]'``; the dev extra has it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
 
 pytest.importorskip("torchx", reason="torchx is the optional extra `neural_arch[torchx]` (in the dev extra)")
 
@@ -26,6 +30,7 @@ from torchx.runner import get_runner  # noqa: E402
 from torchx.specs import AppDef, AppState  # noqa: E402
 from torchx.specs.builders import materialize_appdef  # noqa: E402
 
+from neural_arch.apps.regression.task import RegressionTask  # noqa: E402
 from neural_arch.integrations.torchx import trainer  # noqa: E402
 from neural_arch.training.config import load_config  # noqa: E402
 from neural_arch.training.trainer import train  # noqa: E402
@@ -104,6 +109,36 @@ def test_a_failing_run_is_failed_with_our_reason_in_its_log(tmp_path):
     state, log = run_app(app, "local_cwd", {"log_dir": str(tmp_path / "torchx")})
     assert state == AppState.FAILED
     assert "neural-arch train: error: unknown key 'training.stepz' (did you mean 'training.steps'?)" in log, log
+
+
+KILL_AT = 7
+"""Rank 1 dies in step 7, after the checkpoint of step 4."""
+
+
+class KillOnceTask(RegressionTask):
+    """The regression task, but rank 1 SIGKILLs itself in step ``KILL_AT``'s loss, the first time only
+    (a marker in run.dir remembers); workers import it as ``run.task=tests.integrations.test_torchx:KillOnceTask``."""
+
+    losses = 0
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        KillOnceTask.losses += 1  # one micro-batch a step: the loss of step N is this process's Nth
+        marker = Path(self.cfg.run.dir) / "killed-once"
+        if KillOnceTask.losses == KILL_AT and dist.get_rank() == 1 and not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().loss(model, batch)
+
+
+def test_a_rank_killed_once_is_restarted_by_our_launcher_and_ends_equal(tmp_path, one, monkeypatch):
+    """The reason the component runs our launcher: it restarts the group, which resumes from step 4."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the workers import KillOnceTask from this file
+    run = tmp_path / "run"
+    app = trainer(*overrides(run), f"run.task={__name__}:KillOnceTask", j="1x2", max_restarts=1)
+    state, log = run_app(app, "local_cwd", {"log_dir": str(tmp_path / "torchx")})
+    assert state == AppState.SUCCEEDED, log
+    assert (run / "killed-once").exists() and "resuming from step 4" in log, log
+    assert_equals_one(run, one, 2)
 
 
 def test_torchx_command_line_options_reach_our_launcher():
