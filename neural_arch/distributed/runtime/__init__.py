@@ -8,7 +8,8 @@ Use: ``from neural_arch.distributed.runtime import init_process_group, all_reduc
 Concern: the process group's lifetime (``process_group.py``, the only module that creates
 one), out-of-place collectives on torch tensors and numpy arrays (``collectives.py``), and
 the heartbeat that turns a collective timeout into "rank N did not arrive" (``heartbeat.py``),
-the count of the script's own collective calls that those names use (``calls.py``),
+the count of the script's own collective calls that those names use (``calls.py``), the
+check that names ranks which entered different collectives before the timeout (``desync/``),
 and the guard that refuses to run one rank of a multi-rank job alone (``guard.py``).
 """
 
@@ -21,6 +22,7 @@ from neural_arch.distributed.runtime.collectives import (
     broadcast,
     reduce_scatter,
 )
+from neural_arch.distributed.runtime.desync import CollectiveDesync
 from neural_arch.distributed.runtime.guard import MissingProcessGroupError, require_process_group
 from neural_arch.distributed.runtime.heartbeat import describe_stragglers
 from neural_arch.distributed.runtime.process_group import (
@@ -39,6 +41,7 @@ from neural_arch.distributed.runtime.process_group import (
 )
 
 __all__ = [
+    "CollectiveDesync",
     "CollectiveFailed",
     "MissingProcessGroupError",
     "ReduceOp",

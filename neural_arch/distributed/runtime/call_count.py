@@ -8,7 +8,8 @@ around ``destroy_process_group``'s barrier.
 Only the outermost call counts: ``global_mean_std`` calling ``all_gather`` is one call. This
 state is kept apart from ``calls.py`` because the heartbeat reads it and ``calls.py`` asks the
 heartbeat to explain a failed call: in one module, the heartbeat and the calls would import
-each other.
+each other. ``CollectiveFailed`` lives here for the same reason: the desync checker, which the
+heartbeat starts, raises a kind of it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ class _Progress:
     """How deep in nested user calls the script is now."""
     current: Optional[str] = None
     """The call in progress (or ``destroy_process_group``), None between calls."""
+
+
+class CollectiveFailed(RuntimeError):
+    """A collective failed; the message says which call and which ranks did not arrive."""
+
+
+CollectiveFailed.__module__ = "neural_arch.distributed"  # tracebacks show the public name
 
 
 # One per process: the script's calls, read by the heartbeat thread (so not thread-local).

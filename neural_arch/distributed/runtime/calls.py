@@ -23,17 +23,10 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import torch.distributed as dist
 
-from neural_arch.distributed.runtime.call_count import counting, leaving, progress, reset
+from neural_arch.distributed.runtime.call_count import CollectiveFailed, counting, leaving, progress, reset
 from neural_arch.distributed.runtime.heartbeat import describe_stragglers
 
 __all__ = ["CollectiveFailed", "counted", "leaving", "progress", "reset", "user_call"]
-
-
-class CollectiveFailed(RuntimeError):
-    """A collective failed; the message says which call and which ranks did not arrive."""
-
-
-CollectiveFailed.__module__ = "neural_arch.distributed"  # tracebacks show the public name
 
 
 def _world_size() -> int:

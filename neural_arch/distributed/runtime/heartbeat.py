@@ -15,6 +15,10 @@ calls (``call_count.py``) are what the message counts, e.g.
 ``rank 0 timed out in collective call #3 (all_reduce); did not arrive: rank 1 (entered only
 2 collective calls; now in destroy_process_group)``; torch's count, which includes internal
 collectives, is the fallback for raw ``torch.distributed`` calls.
+
+Beside it runs the desync check (``desync/``): ranks that entered *different* collectives are
+named within seconds, with both call sites, instead of at the timeout; once it has named them,
+``describe_stragglers`` answers with that verdict.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Optional
 
 import torch.distributed as dist
 
-from neural_arch.distributed.runtime import call_count
+from neural_arch.distributed.runtime import call_count, desync
 from neural_arch.distributed.runtime.deadline import within
 
 INTERVAL = 1.0
@@ -51,7 +55,7 @@ def _sequence(group: dist.ProcessGroup) -> int:
 class Heartbeat:
     """A daemon thread writing this rank's progress to the store until ``stop()``."""
 
-    def __init__(self, rank: int, interval: float) -> None:
+    def __init__(self, rank: int, interval: float, since: Optional[desync.Since] = None) -> None:
         self.group = dist.distributed_c10d._get_default_group()
         self.store = dist.distributed_c10d._get_default_store()
         self.rank, self.interval = rank, interval
@@ -62,6 +66,11 @@ class Heartbeat:
         self._write()
         self.thread = threading.Thread(target=self._beat, name=f"neural_arch-heartbeat-{rank}", daemon=True)
         self.thread.start()
+        # The desync check: its own thread, so that its store round trips never delay a beat.
+        self.checker: Optional[desync.Checker] = None
+        if since is not None and desync.recorder_enabled():
+            size = dist.get_world_size()
+            self.checker = desync.Checker(rank, size, self.store, since, interval, self._stop)
 
     def _write(self, state: Optional[str] = None) -> None:
         count, current = call_count.progress()
@@ -85,7 +94,10 @@ class Heartbeat:
         stuck in a write to an unreachable store is not waited for beyond ``STOP_WAIT``: the
         process must exit (aborting is an exit; waiting for the link is a wedge)."""
         self._stop.set()
+        deadline = time.monotonic() + STOP_WAIT  # for both threads together
         self.thread.join(timeout=STOP_WAIT)
+        if self.checker is not None and self.checker.thread is not threading.current_thread():
+            self.checker.thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 # The running heartbeat of this process's default group: like the default group itself,
@@ -93,12 +105,15 @@ class Heartbeat:
 _running: list[Heartbeat] = []
 
 
-def start_heartbeat(rank: int, world_size: int, interval: float = INTERVAL) -> Optional[Heartbeat]:
-    """Start this rank's heartbeat for the default group (no-op at world size 1)."""
+def start_heartbeat(
+    rank: int, world_size: int, interval: float = INTERVAL, since: Optional[desync.Since] = None
+) -> Optional[Heartbeat]:
+    """Start this rank's heartbeat for the default group (no-op at world size 1); with ``since``
+    (``desync.last_record_ids()`` before the group was made) also the desync check."""
     stop_heartbeat()
     if world_size <= 1 or not dist.is_initialized():
         return None
-    beat = Heartbeat(rank, interval)
+    beat = Heartbeat(rank, interval, since)
     _running.append(beat)
     return beat
 
@@ -160,10 +175,19 @@ def describe_stragglers(stale_after: float = 3 * INTERVAL + 2, verb: str = "time
     """One line naming ranks behind this one or silent, or None if it cannot tell."""
     if not dist.is_initialized():
         return None
+    if desync.verdict() is not None:  # the ranks entered different collectives: that explains it
+        return desync.verdict()
     try:
         rank, mine = dist.get_rank(), _sequence(dist.distributed_c10d._get_default_group())
         count, current = call_count.progress()
-        beats = read_beats()
+        store, size = dist.distributed_c10d._get_default_store(), dist.get_world_size()
+        beats, found = within(
+            READ_DEADLINE,
+            lambda: (_read_all(store, rank, size), desync.read_verdict(store)),
+            "reading the peers' heartbeats",
+        )
+        if found is not None:  # rank 0 named a desync; a peer may have exited of it already
+            return found
     except TimeoutError:  # cut off from the store's host: say so, and let the rank exit
         where = f"collective call #{count} ({current})" if current is not None else f"collective #{mine}"
         return (

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from neural_arch.distributed.env import ClusterEnv, detect_cluster_env
-from neural_arch.distributed.runtime import calls
+from neural_arch.distributed.runtime import calls, desync
 from neural_arch.distributed.runtime.gloo_threads import batch_gloo_io_threads
 from neural_arch.distributed.runtime.guard import require_process_group
 from neural_arch.distributed.runtime.heartbeat import explain_failed_teardown, start_heartbeat, stop_heartbeat
@@ -106,10 +106,14 @@ def init_process_group(
             chosen, store=dist.HashStore(), rank=0, world_size=1, timeout=pg_timeout, device_id=device_id
         )
         return
+    # Torch's flight recorder notes every collective (DDP's and FSDP's too) for the desync check
+    # (desync/); turned on through torch's own variable, before the group exists.
+    desync.enable_flight_recorder()
+    since = desync.last_record_ids()  # older entries belong to an earlier group
     _join_world(cluster, chosen, init_method, size, me, pg_timeout, device_id)
     batch_gloo_io_threads()  # gloo's I/O thread must not preempt its worker (gloo_threads.py)
     calls.reset()  # every rank counts the script's collectives from here
-    start_heartbeat(me, size)
+    start_heartbeat(me, size, since=since)
 
 
 def _validated_rank(size: int, rank: int) -> tuple[int, int]:
