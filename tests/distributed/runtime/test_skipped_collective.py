@@ -23,12 +23,17 @@ from tests.helpers.multiproc import run_ranks
 pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a launcher
 
 SKIP_THIRD = """
+import time
 import torch
 import neural_arch.distributed as nd
 nd.init_process_group()
 for call in range(1, 4):
     if nd.get_rank() == 1 and call == 3:
-        break  # rank 1 skips its 3rd all_reduce and goes on
+        # rank 1 skips its 3rd all_reduce and goes on; it stays out of its teardown barrier
+        # until rank 0's 5 s timeout has expired, so under load the barrier's own timeout
+        # cannot close the connection first (rank 0 would then read "closed by peer")
+        time.sleep(15)
+        break
     nd.all_reduce(torch.ones(2))
 nd.destroy_process_group()
 """
