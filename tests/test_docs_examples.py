@@ -1,7 +1,8 @@
 """Every example in README.md and docs/**/*.md runs: the code-block convention, one test per page.
 
 Run: ``.venv/bin/python -m pytest tests/test_docs_examples.py -q`` (about a minute per page with
-CLI runs; ``-k getting-started`` for one page). The convention is in tests/helpers/doc_pages.py:
+CLI runs, docs/cluster.md 2.5 to 5 minutes on a loaded 2-core machine: three SLURM jobs, mpirun and
+two-node launches; ``-k getting-started`` for one page). The convention is in tests/helpers/doc_pages.py:
 ``python`` and ``bash`` blocks run in order in one fresh directory per page, with the venv's
 bin/ first on PATH and nothing telling them where the checkout is (a recipe is named, not a
 path: tests/test_wheel_install.py runs pages from an installed wheel); ``<!-- not run: REASON -->`` skips
