@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import sys
 from typing import Sequence
 
 from neural_arch.cli.usage import command_parser, run_reporting
@@ -50,7 +51,10 @@ def main(argv: Sequence[str]) -> int:
     command_parser("env", "Show the detected cluster environment.", "clusters.md").parse_args(argv)
 
     def show() -> int:
-        print("\n".join(report_lines()))
+        # one write: under `| head -5` with PYTHONUNBUFFERED, print's separate newline could
+        # land after the reader has gone and raise BrokenPipeError
+        sys.stdout.write("\n".join(report_lines()) + "\n")
+        sys.stdout.flush()
         return 0
 
     return run_reporting(PROG, show, ValueError)
