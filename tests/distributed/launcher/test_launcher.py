@@ -145,9 +145,11 @@ def test_occupied_port_fails_fast_with_a_clear_message(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        start = time.monotonic()
         proc = launch("--nproc_per_node=2", f"--master_port={port}", PROBE, str(tmp_path), "ok", timeout=60)
-    assert proc.returncode != 0 and time.monotonic() - start < 10
+    # "fast" is checked by what happened, not by a wall clock a busy machine can stretch:
+    # refused before any worker ran (no record, no worker line, no restart)
+    assert proc.returncode != 0 and not records(tmp_path), proc.stderr
+    assert "[rank" not in proc.stdout + proc.stderr and "restart" not in proc.stderr
     assert f"master port {port} on 127.0.0.1 is already in use" in proc.stderr
     assert "Traceback" not in proc.stderr
 
