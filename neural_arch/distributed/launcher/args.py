@@ -130,7 +130,7 @@ def split_argv(
             raise _unknown(argv[i], known)
         i = _take(argv, i, action, ours)
     if i >= len(argv) or argv[i] == "--":
-        raise LaunchUsageError(f"no script given: {PROG} [options] SCRIPT [args]")
+        raise LaunchUsageError(f"no script given: {parser.prog} [options] SCRIPT [args]")
     rest = argv[i + 1 :]
     # argparse (torchrun's parser, Python 3.11) drops a `--` right after the script, and keeps any later one.
     return ours, argv[i], rest[1:] if rest[:1] == ["--"] else rest

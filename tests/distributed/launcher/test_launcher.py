@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from neural_arch.distributed import DistributedLauncher, LaunchConfig, launch_distributed_training
-from neural_arch.distributed.launcher.args import split_argv
+from neural_arch.distributed.launcher.args import LaunchUsageError, build_parser, split_argv
 from tests.helpers.cli import LAUNCHER, launch
 from tests.helpers.multiproc import free_port
 from tests.helpers.paths import SCRIPTS
@@ -280,3 +280,8 @@ def test_root_cause_prefers_the_killed_rank_over_its_victims():
     )
     assert "root cause: attempt 0, rank 1 " in format_failure_summary([victim, killed], None, 0)
     assert "root cause: attempt 0, rank 2 " in format_failure_summary([victim, bug], None, 0)
+
+
+def test_no_script_message_names_the_command_the_user_typed():
+    with pytest.raises(LaunchUsageError, match=r"no script given: neural-arch launch \[options\] SCRIPT"):
+        split_argv(["--nproc_per_node=2"], build_parser("neural-arch launch"))
