@@ -2,7 +2,7 @@
 
 Used by benchmarks/soak/soak.py (not run by itself). The job is looked at as the kernel sees it:
 worker pids come from the launcher's process tree in /proc (cmdline names
-``neural_arch.distributed.launcher.worker``, the rank is the ``RANK`` its environment was
+``neural_arch/distributed/launcher/worker.py``, the rank is the ``RANK`` its environment was
 started with); a round's leftover processes are any whose command line or environment
 names the round's directory (its run dir and its TMPDIR are both under it), wherever
 they were re-parented to.
@@ -22,7 +22,7 @@ from typing import Optional
 from benchmarks.common.proc_tree import PROC, alive, process_tree
 from neural_arch.distributed.launcher.scratch import leftovers
 
-WORKER_MARK = b"neural_arch.distributed.launcher.worker"
+WORKER_MARK = b"neural_arch/distributed/launcher/worker.py"
 
 
 @dataclass

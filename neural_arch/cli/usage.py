@@ -45,7 +45,18 @@ def print_usage_error(prog: str, message: object) -> int:
     """Print ``PROG: error: MESSAGE`` as one line on stderr; returns the usage exit status."""
     text = " ".join(str(message).split("\n"))
     print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
+    _tell_launcher(f"{prog}: error: {text}")
     return USAGE_EXIT
+
+
+def _tell_launcher(line: str) -> None:
+    """Under our launcher, say that this exit 2 is a usage error (``launcher/channel.py``): the
+    launcher then does not restart it, as it restarts a script's own exit 2. Elsewhere (torchrun,
+    a shell) the channel is not open and this does nothing. Standard library only (the package
+    exports lazily): a one-line error does not wait for torch."""
+    from neural_arch.distributed.launcher.channel import USAGE, tell
+
+    tell(USAGE, line)
 
 
 def run_reporting(prog: str, work: Callable[[], int], *user_errors: type[BaseException]) -> int:

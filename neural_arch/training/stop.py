@@ -25,6 +25,7 @@ from typing import Any, Optional
 import torch
 
 import neural_arch.distributed as nd
+from neural_arch.distributed.launcher.channel import STOP, tell
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
@@ -36,11 +37,15 @@ is 30 s by default; ``--signal=USR1@120`` gives 120 s)."""
 
 
 class TrainingStopped(Exception):
-    """Training stopped on a signal after saving a checkpoint at ``step`` of ``steps``."""
+    """Training stopped on a signal after saving a checkpoint at ``step`` of ``steps``. Made once
+    the checkpoint is on disk; under our launcher it tells the launcher so (``channel.STOP``),
+    which then does not restart what was asked to stop (exiting 128 + the signal alone does not
+    tell it: a script's exit codes are its own)."""
 
     def __init__(self, signum: int, step: int, steps: int, checkpoint: str) -> None:
         self.signum, self.step, self.steps, self.checkpoint = signum, step, steps, checkpoint
         self.rank = nd.get_rank()
+        tell(STOP, str(int(signum)))
         name = signal.Signals(signum).name
         super().__init__(
             f"stopped by {name} at step {step} of {steps}; checkpoint saved in {checkpoint}. "

@@ -6,8 +6,8 @@ Use: ``on_checkpoint_saved(lambda where: print("saved", where))``; ``save_checkp
 
 Why: the launcher restarts a failed group only if restarting can help. A failure that
 repeats identically after the run saved a new checkpoint is progress (the next attempt
-starts later); without one it is a deterministic bug. The launcher's worker wrapper
-(``launcher/worker.py``) listens and leaves a marker file the launcher can see.
+starts later); without one it is a deterministic bug. Under our launcher ``checkpoint_saved``
+tells it through the launcher's channel (``launcher/channel.py``); elsewhere that does nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Callable
 
 Listener = Callable[[Path], None]
 
-# Listeners of this process (the worker wrapper registers one); a list, not a registry
+# Listeners of this process (tests, a user's code); a list, not a registry
 # keyed by name: the only use is "somebody wants to know".
 _listeners: list[Listener] = []
 
@@ -30,6 +30,9 @@ def on_checkpoint_saved(listener: Listener) -> None:
 
 def checkpoint_saved(path: Path) -> None:
     """Called by the save functions; a failing listener warns but never fails the save."""
+    from neural_arch.distributed.launcher.channel import PROGRESS, tell  # here: the launcher package imports this one
+
+    tell(PROGRESS, Path(path).name)  # the restart line quotes its name (step_00000100)
     for listener in list(_listeners):
         try:
             listener(path)

@@ -16,10 +16,12 @@ this subclass changes these things, each for a restart that otherwise fails:
    next attempt starts.
 3. **Every attempt's failures are kept**, so the final summary names the rank that
    started the trouble, not just the last attempt's casualties.
-4. **No restart that undoes a stop**: a worker that exits 128 + SIGINT/SIGTERM/SIGUSR1
-   stopped on purpose (neural-arch's trainer does, after saving); SIGUSR1 sent to the
-   launcher (SLURM's time-limit warning) is passed on to the workers. Nor after an exit
-   with code 2 (a usage or configuration error, e.g. a run directory another job holds).
+4. **No restart that undoes a stop**: a worker that says it stopped on purpose after saving
+   (neural-arch's trainer does, on SIGINT/SIGTERM/SIGUSR1, through the launcher's channel:
+   ``channel.py``); SIGUSR1 sent to the launcher (SLURM's time-limit warning) is passed on to
+   the workers. Nor after an exit with code 2 that the worker says is a usage or
+   configuration error (e.g. a run directory another job holds). A script's own exit codes,
+   130, 143 or 2 included, are failures restarted as torchrun restarts them.
 5. **No restart that cannot help**: when a rank fails with the same Python exception at
    the same place as in the previous attempt, or every rank does on the first attempt, and
    no checkpoint was saved in between, the remaining restarts are dropped
@@ -56,15 +58,16 @@ from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, W
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
 from neural_arch.distributed.launcher.blame import restart_notice
+from neural_arch.distributed.launcher.channel import PROGRESS, STACKS, STOP, USAGE, forget, heard
 from neural_arch.distributed.launcher.gate import Forwarder, Gate, forwarded
 from neural_arch.distributed.launcher.job_token import JobToken
 from neural_arch.distributed.launcher.listen import LOOPBACK, serving_store
-from neural_arch.distributed.launcher.log_format import attempt_id, progress_marker, saved_step
+from neural_arch.distributed.launcher.log_format import attempt_id
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import (
-    STOP_SIGNALS,
     failed_alike,
     repeated_failure,
+    step_of,
     stopped_on_request,
     usage_error,
 )
@@ -92,7 +95,7 @@ class RobustElasticAgent(LocalElasticAgent):
         self._attempts = 0
         self._attempt_id = ""
         self._log_dir = log_dir
-        self._stop_repeated = stop_repeated_failures and log_dir is not None
+        self._stop_repeated = stop_repeated_failures
         self.failure_history: list[FailureRecord] = []
         self._killed: set[int] = set()  # workers the launcher SIGKILLed after another one crashed
         self.gave_up: Optional[str] = None
@@ -170,23 +173,50 @@ class RobustElasticAgent(LocalElasticAgent):
                     break
                 time.sleep(0.02)
 
+    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
+        super()._shutdown(death_sig, timeout)
+        # The attempt is over and its failures recorded: its workers' messages go (channel.py).
+        for error_file in self._pcontext.error_files.values() if self._pcontext else ():
+            forget(error_file)
+
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         pids = super()._start_workers(worker_group)
         if self._pcontext is not None:
-            self._pcontext.close = waking_first(self._pcontext.close, self._pcontext.pids, self._crashed)
+            self._pcontext.close = waking_first(
+                self._pcontext.close, self._pcontext.pids, self._crashed, self._writes_stacks
+            )
         return pids
+
+    def _heard(self, local_rank: int, name: str, pid: Optional[int]) -> Optional[str]:
+        """Message ``name`` from this attempt's worker ``local_rank`` (process ``pid``), if it left it (channel.py)."""
+        error_files = self._pcontext.error_files if self._pcontext else {}
+        return heard(error_files[local_rank], name, pid) if local_rank in error_files else None
+
+    def _writes_stacks(self, local_rank: int, pid: int) -> bool:
+        return self._heard(local_rank, STACKS, pid) is not None
+
+    def _progressed(self) -> Optional[str]:
+        """The name of the last checkpoint a worker of this attempt said it saved, or None."""
+        error_files = self._pcontext.error_files if self._pcontext else {}
+        saved = [text for rank in error_files if (text := self._heard(rank, PROGRESS, None)) is not None]
+        return saved[-1] if saved else None
 
     def _crashed(self) -> bool:
         """Whether a worker of this attempt has ended by failing (an error exit or a fatal signal),
-        not by stopping on request (exit 128 + a stop signal, after saving) or finishing; if so,
+        not by stopping on request (it said so after saving: channel.py) or finishing; if so,
         the ones still running are remembered as stopped by the launcher (the summary says so)."""
         handlers = getattr(self._pcontext, "subprocess_handlers", None) or {}
-        codes = {handler.proc.pid: handler.proc.poll() for handler in handlers.values()}
-        stopped = {0, *(128 + int(s) for s in STOP_SIGNALS)}
-        if not any(code is not None and code not in stopped for code in codes.values()):
+        codes = {handler.proc.pid: (rank, handler.proc.poll()) for rank, handler in handlers.items()}
+        if not any(
+            code not in (None, 0) and self._heard(rank, STOP, pid) is None for pid, (rank, code) in codes.items()
+        ):
             return False
-        self._killed.update(pid for pid, code in codes.items() if code is None)  # about to be killed
+        self._killed.update(pid for pid, (_, code) in codes.items() if code is None)  # about to be killed
         return True
+
+    def _stop_signal(self, local_rank: int, pid: int) -> Optional[int]:
+        said = self._heard(local_rank, STOP, pid)
+        return int(said) if said is not None and said.isdigit() else None
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         try:
@@ -208,6 +238,8 @@ class RobustElasticAgent(LocalElasticAgent):
                         message=failure.message,
                         timestamp=failure.timestamp,
                         stopped_by_launcher=failure.pid in self._killed,
+                        stop_signal=self._stop_signal(failure.local_rank, failure.pid),
+                        usage_error=self._heard(failure.local_rank, USAGE, failure.pid),
                     )
                 )
             self._apply_restart_policy()
@@ -218,9 +250,7 @@ class RobustElasticAgent(LocalElasticAgent):
     def _announce_restart(self) -> None:
         """One line on the launcher's stderr for an attempt that failed and will be restarted."""
         records = [r for r in self.failure_history if r.attempt == self._attempts - 1]
-        saved = None
-        if self._log_dir is not None:
-            saved = saved_step(progress_marker(self._log_dir, self._attempt_id))
+        saved = step_of(self._progressed())
         attempts = self._worker_group.spec.max_restarts + 1
         line = restart_notice(records, socket.gethostname(), saved, self._attempts + 1, attempts)
         print(line, file=sys.stderr, flush=True)
@@ -260,8 +290,7 @@ class RobustElasticAgent(LocalElasticAgent):
             return
         if not self._stop_repeated or self._remaining_restarts == 0:
             return
-        assert self._log_dir is not None  # _stop_repeated requires it
-        progressed = progress_marker(self._log_dir, self._attempt_id).exists()
+        progressed = self._progressed() is not None
         reason = repeated_failure(self.failure_history, self._attempts - 1, progressed) or failed_alike(
             self.failure_history, self._attempts - 1, self._worker_group.spec.local_world_size, progressed
         )

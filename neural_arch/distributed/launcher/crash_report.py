@@ -15,6 +15,15 @@ that raises.
 3. The same traceback is written to torch elastic's error file, which the launcher's restart
    policy and failure summary read.
 4. The process group is left at once, without waiting for peers that may be healthy and busy.
+
+A script that installed its own ``sys.excepthook`` has it called instead of step 1, as
+``python script.py`` would (with the same traceback, less the launcher's frames; through
+torch's ``[rankN]:`` wrapper when torch put one around it); steps 2-4 still happen.
+``sys.last_exc`` and friends are set first, as Python sets them, so the script's own
+``atexit`` handlers can tell it is dying of an exception.
+
+Loaded only once the script has failed, and without torch when the script did not import it:
+the runtime's diagnosis and teardown are asked for only when the script loaded them.
 """
 
 from __future__ import annotations
@@ -28,18 +37,20 @@ from typing import Optional
 from neural_arch.distributed.launcher.logpump import LOG_ONLY
 from neural_arch.distributed.launcher.repeats import ShownTracebacks
 from neural_arch.distributed.launcher.restart_policy import is_peer_error
-from neural_arch.distributed.launcher.user_traceback import user_traceback
-from neural_arch.distributed.runtime.calls import CollectiveFailed
-from neural_arch.distributed.runtime.heartbeat import describe_stragglers
-from neural_arch.distributed.runtime.process_group import abandon_process_group
+from neural_arch.distributed.launcher.user_traceback import user_frames, user_traceback
+
+RUNTIME = "neural_arch.distributed.runtime"
 
 
 def report_failure(exc: BaseException, shown: Optional[ShownTracebacks]) -> None:
     """Print and record ``exc``; ``shown``: the console's tracebacks, when this rank's output
     is on the console (None: always print the whole traceback)."""
     text = user_traceback(exc)
+    _set_last_exception(exc)
     earlier = shown.repeat_of(text) if shown is not None else None
-    if is_peer_error(f"{type(exc).__name__}: {exc}"):  # another rank's failure: its log only
+    if scripts_own_hook():  # the script's own hook prints it, as under python
+        _call_excepthook(exc)
+    elif is_peer_error(f"{type(exc).__name__}: {exc}"):  # another rank's failure: its log only
         sys.stderr.write("".join(LOG_ONLY.decode() + line for line in text.splitlines(keepends=True)))
         sys.stderr.flush()
     elif earlier is None:
@@ -55,13 +66,58 @@ def report_failure(exc: BaseException, shown: Optional[ShownTracebacks]) -> None
             file=sys.stderr,
             flush=True,
         )
-    if _is_timeout(exc) and not isinstance(exc, CollectiveFailed):  # CollectiveFailed names the ranks itself
-        hint = describe_stragglers()
-        if hint:
-            print(f"neural_arch: {hint}", file=sys.stderr, flush=True)
+    hint = _stragglers(exc)
+    if hint:
+        print(f"neural_arch: {hint}", file=sys.stderr, flush=True)
     if os.environ.get("TORCHELASTIC_ERROR_FILE"):
         write_error_file(exc, text, os.environ["TORCHELASTIC_ERROR_FILE"])
-    abandon_process_group()
+    if "torch.distributed" in sys.modules:  # else the script cannot have joined a process group
+        from neural_arch.distributed.runtime.process_group import abandon_process_group
+
+        abandon_process_group()
+
+
+def scripts_own_hook() -> bool:
+    """Whether ``sys.excepthook`` is a hook of the script's (or of a library it chose), not Python's
+    own. torch's ``init_process_group`` wraps whatever hook there was to prefix its lines with
+    ``[rankN]: ``; wrapped around Python's own, what we print says more (without the launcher's
+    frames, a peer's effect in the log only), so it does not count."""
+    hook = sys.excepthook
+    while getattr(hook, "__name__", "") == "_distributed_excepthook":
+        cells = dict(zip(hook.__code__.co_freevars, getattr(hook, "__closure__", None) or ()))
+        if "old_hook" not in cells:
+            break
+        hook = cells["old_hook"].cell_contents
+    return hook is not sys.__excepthook__
+
+
+def _set_last_exception(exc: BaseException) -> None:
+    """What Python sets for an uncaught exception before its hook runs."""
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+    if sys.version_info >= (3, 12):
+        sys.last_exc = exc
+
+
+def _call_excepthook(exc: BaseException) -> None:
+    try:
+        sys.excepthook(type(exc), exc, user_frames(exc.__traceback__))
+    except BaseException as failed:  # noqa: BLE001 - Python reports a failing hook, then the error
+        print("Error in sys.excepthook:", file=sys.stderr)
+        sys.__excepthook__(type(failed), failed, failed.__traceback__)
+        print("\nOriginal exception was:", file=sys.stderr)
+        sys.__excepthook__(type(exc), exc, user_frames(exc.__traceback__))
+    sys.stderr.flush()
+
+
+def _stragglers(exc: BaseException) -> Optional[str]:
+    """A collective timeout's one-line diagnosis (which rank did not arrive), or None; asked only
+    of a runtime the script loaded (our collectives' own ``CollectiveFailed`` names the ranks itself)."""
+    if not _is_timeout(exc) or f"{RUNTIME}.heartbeat" not in sys.modules:
+        return None
+    calls = sys.modules.get(f"{RUNTIME}.calls")
+    if calls is not None and isinstance(exc, calls.CollectiveFailed):
+        return None
+    return sys.modules[f"{RUNTIME}.heartbeat"].describe_stragglers()
 
 
 def _is_timeout(exc: BaseException) -> bool:

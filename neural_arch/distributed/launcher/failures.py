@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from neural_arch.distributed.launcher.blame import alike, causes, exception_line, how, is_collateral
 from neural_arch.distributed.launcher.log_format import attempt_lines, log_path
 from neural_arch.distributed.launcher.records import FailureRecord
-from neural_arch.distributed.launcher.restart_policy import peer_marker, recorded_traceback
+from neural_arch.distributed.launcher.restart_policy import is_usage_error, peer_marker, recorded_traceback
 
 STACK_FRAMES = 4
 """Innermost frames of a stopped rank's stack shown in the summary (the whole dump is in its log)."""
@@ -97,24 +97,23 @@ def _root_cause(ordered: Sequence[FailureRecord]) -> str:
 
 
 def usage_error_line(records: Sequence[FailureRecord], log_dir: Optional[Path]) -> Optional[str]:
-    """The whole report of a job whose last attempt ended on a usage error (exit code 2): one
-    line, instead of a failure summary around the rank's one-line message. The message is quoted
-    unless rank 0 printed it on the console already (ranks it outpaced are killed before their
-    exit is recorded, so rank 0's own line is what tells)."""
+    """The whole report of a job whose last attempt ended on a usage error (exit code 2, which the
+    rank said was one: ``restart_policy.is_usage_error``): one line, instead of a failure summary
+    around the rank's one-line message. The message is quoted unless rank 0 printed it on the
+    console already (ranks it outpaced are killed before their exit is recorded, so rank 0's own
+    last line is what tells). A script's own exit 2 gets the summary, as any failure."""
     last = max((record.attempt for record in records), default=0)
-    usage = sorted(
-        (r for r in records if r.attempt == last and r.signal is None and r.exitcode == 2), key=lambda r: r.rank
-    )
-    if not usage or log_dir is None:
+    usage = sorted((r for r in records if r.attempt == last and is_usage_error(r)), key=lambda r: r.rank)
+    if not usage:
         return None
-    said = _last_lines(usage[0], log_dir, show_log_path=False)[0][-1:]
-    if not said:
-        return None
+    said = usage[0].usage_error or ""
     ranks = ", ".join(str(r.rank) for r in usage)
     line = f"neural_arch launcher: not restarted: rank(s) {ranks} exited with code 2, a usage or configuration error"
     rank0 = [r for r in records if r.attempt == last and r.rank == 0]
-    shown = rank0 and _last_lines(rank0[0], log_dir, show_log_path=False)[0][-1:] == said
-    return f"{line} (above); a restart would give the same answer." if shown else f"{line}: {said[0]}"
+    shown = log_dir is not None and rank0 and _last_lines(rank0[0], log_dir, show_log_path=False)[0][-1:] == [said]
+    if shown or not said:
+        return f"{line} (above); a restart would give the same answer."
+    return f"{line}: {said}"
 
 
 def _others(ordered: Sequence[FailureRecord]) -> list[str]:

@@ -51,6 +51,7 @@ from neural_arch.distributed.launcher.rendezvous import (
 )
 from neural_arch.distributed.launcher.scratch import ScratchDir
 from neural_arch.distributed.launcher.torch_logs import torch_elastic_logs
+from neural_arch.distributed.launcher.worker import WORKER
 
 
 class DistributedLauncher:
@@ -70,8 +71,7 @@ class DistributedLauncher:
         # --parent-pid: this process starts the workers (torch elastic's agent runs in it); they die with it.
         return (
             "-u",
-            "-m",
-            "neural_arch.distributed.launcher.worker",
+            WORKER,
             "--console",
             "rank0" if c.rank0_only else "all",
             *shown,

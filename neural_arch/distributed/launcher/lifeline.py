@@ -23,7 +23,6 @@ import ctypes
 import os
 import signal
 import sys
-import threading
 import time
 from typing import Optional
 
@@ -54,6 +53,8 @@ def die_with_parent(parent_pid: int) -> None:
     if os.getppid() != parent_pid:  # the parent died before the kernel was asked to watch it
         os.kill(os.getpid(), signal.SIGKILL)
     if not armed:
+        import threading  # only here: the worker wrapper imports no threading before the script
+
         threading.Thread(target=_watch_parent, args=(parent_pid,), name="die-with-parent", daemon=True).start()
 
 

@@ -22,7 +22,7 @@ __all__ = ["failed_job_exit"]
 
 def failed_job_exit(agent: RobustElasticAgent, log_dir: Path, max_restarts: int, show_log_path: bool) -> int:
     """Print why the job ended (one line, or the failure summary on stderr); its exit code."""
-    if agent.stopped_by is not None:
+    if agent.stopped_by is not None:  # a worker said so after saving (restart_policy.stopped_on_request)
         # 128 + the signal, as the workers exited: a script or scheduler may tell it from a crash.
         name = signal.Signals(agent.stopped_by).name
         print(

@@ -32,3 +32,7 @@ class FailureRecord:
     """When the agent noticed (seconds since the epoch)."""
     stopped_by_launcher: bool = False
     """It was still running when the launcher stopped the group after another worker failed."""
+    stop_signal: Optional[int] = None
+    """The signal it said it stopped on after saving (neural-arch's trainer; channel.py), or None."""
+    usage_error: Optional[str] = None
+    """The one line of the usage error it said it exits 2 on (neural-arch's commands; channel.py), or None."""

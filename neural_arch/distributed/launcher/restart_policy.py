@@ -19,14 +19,14 @@ raised the same exception at the same place (``failed_alike``: independent proce
 agreeing is the evidence; errors of the outside world, ``OUTSIDE_ERRORS``, are retried).
 
 Why this proxy: the launcher cannot see training steps. A checkpoint is the progress it
-can see: ``save_checkpoint``/``save_sharded`` tell the worker wrapper, which leaves a
-marker (``log_format.progress_marker``). A script that saves no checkpoints through
+can see: ``save_checkpoint``/``save_sharded`` tell the launcher through its channel
+(``channel.PROGRESS``). A script that saves no checkpoints through
 neural_arch is judged by the traceback alone: an identical failure twice in a row stops.
 """
 
 from __future__ import annotations
 
-import signal
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -64,6 +64,15 @@ class Signature:
     def where(self) -> str:
         """``train.py:12 in step``: the user's innermost frame, and the library's beside it (frames.py)."""
         return place(self.frames)
+
+
+def step_of(checkpoint: Optional[str]) -> Optional[str]:
+    """``step 100`` for the checkpoint a worker said it saved (``step_00000100``: ``channel.PROGRESS``),
+    its name for another name, None for none (the restart line quotes it)."""
+    if checkpoint is None:
+        return None
+    found = re.fullmatch(r"step_0*(\d+)", checkpoint)
+    return f"step {found[1]}" if found else (checkpoint or "a checkpoint")
 
 
 def recorded_traceback(message: object) -> str:
@@ -156,17 +165,15 @@ def failed_alike(history: Sequence[FailureRecord], attempt: int, world: int, pro
     )
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
-"""Signals after which a worker may stop on purpose: neural-arch's trainer saves, then exits 128 + the signal."""
-
-
 def stopped_on_request(history: Sequence[FailureRecord], attempt: int) -> Optional[int]:
-    """The signal a worker of ``attempt`` stopped on purpose for (it *exited* 128 + a stop signal,
-    which a process killed by that signal does not), or None. Such a stop is what the user or
-    the scheduler asked for: restarting would undo it."""
+    """The signal a worker of ``attempt`` stopped on purpose for, or None. A worker stopped on
+    purpose when it *said* so (neural-arch's trainer does, once it has saved after SIGINT, SIGTERM
+    or SIGUSR1: ``channel.STOP``), not when it merely exited 128 + a signal: a script's exit codes
+    are its own, as under torchrun, and such an exit is restarted like any failure. A stop is what
+    the user or the scheduler asked for: restarting would undo it."""
     for record in history:
-        if record.attempt == attempt and record.signal is None and record.exitcode - 128 in STOP_SIGNALS:
-            return record.exitcode - 128
+        if record.attempt == attempt and record.stop_signal is not None and not record.stopped_by_launcher:
+            return record.stop_signal
     return None
 
 
@@ -175,11 +182,18 @@ USAGE_ERROR = 2
 
 
 def usage_error(history: Sequence[FailureRecord], attempt: int) -> Optional[str]:
-    """Why a restart after ``attempt`` cannot help when a rank exited with code 2, or None."""
+    """Why a restart after ``attempt`` cannot help when a rank exited with code 2 *saying* it was a
+    usage error (neural-arch's commands do: ``channel.USAGE``), or None. A script's own exit 2 is
+    restarted, as under torchrun."""
     for record in history:
-        if record.attempt == attempt and record.signal is None and record.exitcode == USAGE_ERROR:
+        if record.attempt == attempt and is_usage_error(record):
             return (
                 f"rank {record.rank} exited with code {USAGE_ERROR}, a usage or configuration error (its "
                 "message is below); a restart would give the same answer"
             )
     return None
+
+
+def is_usage_error(record: FailureRecord) -> bool:
+    """Whether ``record`` is an exit 2 its worker said was a usage error."""
+    return record.signal is None and record.exitcode == USAGE_ERROR and record.usage_error is not None

@@ -1,34 +1,47 @@
 """Every thread's Python stack into a rank's log, when the launcher asks, before it stops a group.
 
 Used by worker.py (``dump_stacks_on_request(log)`` at start-up) and agent.py (sends
-``STACKS_SIGNAL`` to every worker before it stops a failed or hung group). ``faulthandler``
-writes from its C signal handler, so a worker blocked inside a C++ collective, or stopped
-(SIGSTOP: the signal is delivered as it is woken, before its own code runs on), still writes
-where each of its threads is. The failure summary quotes the main thread's innermost frames.
+``STACKS_SIGNAL`` to every worker that said it listens, before it stops a failed or hung
+group). ``faulthandler`` writes from its C signal handler, so a worker blocked inside a C++
+collective, or stopped (SIGSTOP: the signal is delivered as it is woken, before its own code
+runs on), still writes where each of its threads is. The failure summary quotes the main
+thread's innermost frames.
+
+The script's signals are its own, as under torchrun: the signal is a real-time one, which no
+convention gives a meaning (SIGUSR1/SIGUSR2 are the script's: a handler of its own ran on
+every peer failure when it was SIGUSR2), and the agent sends it only to a worker that said,
+through the launcher's channel (``channel.STACKS``), that it writes its stacks on it, and
+that still catches it (``handles``: after an ``exec`` it would die of it).
 """
 
 from __future__ import annotations
 
 import faulthandler
-import io
+import os
 import signal
 import time
 from pathlib import Path
 from typing import Optional
 
-STACKS_SIGNAL = signal.SIGUSR2
-"""What the launcher sends a worker to have it write its threads' stacks into its rank log."""
+from neural_arch.distributed.launcher.channel import STACKS, tell
+
+STACKS_SIGNAL = getattr(signal, "SIGRTMAX", signal.SIGUSR2)
+"""What the launcher sends a worker to have it write its threads' stacks into its rank log: the
+last real-time signal (Linux; SIGUSR2 elsewhere), which a script does not use (and one that
+``signal.Signals`` names, as torch's agent needs of a signal that ended a worker)."""
 
 
-def dump_stacks_on_request(log: Optional[Path]) -> Optional[io.TextIOBase]:
+def dump_stacks_on_request(log: Optional[Path]) -> bool:
     """From now on ``STACKS_SIGNAL`` writes every thread's stack to ``log`` and the process goes
-    on; returns the open log file (close it at exit), or None without a log (the signal is then ignored)."""
+    on, and the launcher is told so (``channel.STACKS``); whether it was set up. Without a log,
+    nothing: the launcher then never sends the signal. The log stays open (a descriptor the
+    script's children do not inherit) until the process ends."""
     if log is None:
-        signal.signal(STACKS_SIGNAL, signal.SIG_IGN)
-        return None
-    out = open(log, "a")  # noqa: SIM115 - held open for faulthandler until the script ends
+        return False
+    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     faulthandler.register(STACKS_SIGNAL, file=out, all_threads=True, chain=False)
-    return out
+    tell(STACKS, str(int(STACKS_SIGNAL)))
+    return True
 
 
 def await_delivery(pids: list[int], signum: int, deadline: float) -> None:

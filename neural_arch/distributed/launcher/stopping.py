@@ -37,7 +37,10 @@ def stat_fields(stat: Path) -> Optional[list[str]]:
 
 
 def waking_first(
-    close: Callable[..., None], pids: Callable[[], dict[int, int]], crashed: Callable[[], bool]
+    close: Callable[..., None],
+    pids: Callable[[], dict[int, int]],
+    crashed: Callable[[], bool],
+    listening: Callable[[int, int], bool] = lambda local_rank, pid: False,
 ) -> Callable[..., None]:
     """``close`` (torch's: SIGTERM the workers, wait up to 30 s, SIGKILL) preceded by a SIGCONT to
     every worker's process group. A stopped (SIGSTOP, ^Z) worker cannot act on SIGTERM, so a
@@ -50,21 +53,25 @@ def waking_first(
     stacks are written: they are stuck in collectives with the dead rank or about to fail on
     them, and a SIGTERM's grace period would only delay the restart. A close with arguments (a
     stop, a membership change) and one after a worker stopped on request keep the grace period,
-    in which ranks finish a checkpoint."""
+    in which ranks finish a checkpoint.
+
+    ``listening(local_rank, pid)``: whether that worker said it writes its stacks on
+    ``STACKS_SIGNAL`` (agent.py asks the launcher's channel); no other worker is sent it."""
 
     def wake_then_close(*args: Any, **kwargs: Any) -> None:
-        workers = list(pids().values())
+        ranks = pids()
+        workers = list(ranks.values())
         # Evidence first: every worker still alive writes its threads' stacks into its rank log
         # (worker.py), so the summary shows where a hung rank was, even inside DDP's own
         # collectives. Asked before the wake-up: a stopped worker writes them as it resumes,
         # before its own code runs on (and fails on the peers' closed connections).
-        asked = 0
-        for pid in workers:
-            if not handles(pid, STACKS_SIGNAL):
-                continue  # still starting up: the signal's default action would kill it
+        asked = []
+        for local_rank, pid in ranks.items():
+            if not listening(local_rank, pid) or not handles(pid, STACKS_SIGNAL):
+                continue  # not ours to ask (an executable, an exec'd script): the signal would kill it
             try:
                 os.kill(pid, STACKS_SIGNAL)
-                asked += 1
+                asked.append(pid)
             except (ProcessLookupError, PermissionError):
                 pass
         for pid in workers:  # workers lead their own process groups
@@ -73,7 +80,7 @@ def waking_first(
             except (ProcessLookupError, PermissionError):
                 pass
         if asked:
-            await_delivery(workers, STACKS_SIGNAL, time.monotonic() + STACKS_DELIVERY)
+            await_delivery(asked, STACKS_SIGNAL, time.monotonic() + STACKS_DELIVERY)
             time.sleep(STACKS_WAIT)
         if not args and not kwargs and crashed():
             # SIGKILL, then wait for the exits (milliseconds; bounded for a worker stuck in the

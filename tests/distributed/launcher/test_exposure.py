@@ -58,7 +58,7 @@ def job_tree(proc: subprocess.Popen, workers: int) -> set[int]:
     deadline = time.monotonic() + 30
     while True:
         tree = process_tree(proc.pid)
-        found = [pid for pid in tree if b"launcher.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        found = [pid for pid in tree if b"launcher/worker.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
         if len(found) >= workers or time.monotonic() > deadline:
             return tree
         time.sleep(0.1)

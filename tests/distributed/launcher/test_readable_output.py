@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,18 @@ def test_verbose_shows_torch_elastic_log_lines(tmp_path):
     assert "runpy" not in out and "launcher/worker.py" not in out  # --verbose is about torch's lines only
 
 
-def test_frames_above_the_users_go_and_frames_below_stay(tmp_path):
+@pytest.fixture
+def as_python_leaves_it():
+    """``run_python`` leaves the interpreter as ``python script.py`` would (the script's ``__main__``,
+    argv and path): put pytest's back."""
+    saved = sys.modules["__main__"], sys.argv[:], sys.path[:], getattr(sys, "orig_argv", None)
+    yield
+    sys.modules["__main__"], sys.argv[:], sys.path[:] = saved[0], saved[1], saved[2]
+    if saved[3] is not None:
+        sys.orig_argv = saved[3]
+
+
+def test_frames_above_the_users_go_and_frames_below_stay(tmp_path, as_python_leaves_it):
     script = tmp_path / "recorded.py"
     # torch's @record wraps the user's main: its frame sits between the user's, and goes.
     script.write_text(

@@ -9,9 +9,10 @@ import subprocess
 
 import pytest
 
+from neural_arch.distributed.launcher.channel import STOP, USAGE, forget, heard, open_channel, tell
 from neural_arch.distributed.launcher.failures import format_failure_summary
 from neural_arch.distributed.launcher.records import FailureRecord
-from neural_arch.distributed.launcher.restart_policy import repeated_failure
+from neural_arch.distributed.launcher.restart_policy import repeated_failure, step_of, stopped_on_request, usage_error
 from tests.helpers.cli import LAUNCHER
 
 BUG = "RuntimeError: simulated deterministic bug"
@@ -120,3 +121,46 @@ def test_summary_prints_identical_tracebacks_once():
     assert "  ranks 0 and 1, attempts 0-1 (traceback):" in text
     assert "  not restarted again: rank 0 failed with the same ValueError." in text
     assert text.count("also failed") == 2  # one line per rank, not one per attempt
+
+
+def ended(rank: int, exitcode: int, **said) -> FailureRecord:
+    return FailureRecord(
+        attempt=0,
+        rank=rank,
+        local_rank=rank,
+        pid=10 + rank,
+        exitcode=exitcode,
+        signal=None,
+        message="",
+        timestamp=0,
+        **said,
+    )
+
+
+def test_only_what_a_worker_said_is_a_stop_or_a_usage_error():
+    """A script's own exit codes are failures (restarted, as torchrun restarts them); our trainer's
+    stop after saving and our commands' usage errors are told through the launcher's channel."""
+    assert stopped_on_request([ended(1, 143), ended(0, 130)], 0) is None
+    assert usage_error([ended(1, 2)], 0) is None
+    assert stopped_on_request([ended(1, 143, stop_signal=15)], 0) == 15
+    assert usage_error([ended(1, 2, usage_error="neural-arch train: error: bad")], 0) is not None
+    said_but_killed = ended(1, -9, stop_signal=15, stopped_by_launcher=True)
+    assert stopped_on_request([said_but_killed], 0) is None
+
+
+def test_the_channel_hears_only_the_worker_that_spoke(tmp_path):
+    error_file = tmp_path / "attempt_0" / "1" / "error.json"
+    error_file.parent.mkdir(parents=True)
+    env = {"TORCHELASTIC_ERROR_FILE": str(error_file)}
+    assert not tell(STOP, "15", env)  # torchrun's worker: nobody opened the channel, nobody listens
+    assert heard(str(error_file), STOP) is None and not list(error_file.parent.iterdir())
+    assert open_channel(env)  # our worker wrapper does, before the script starts
+    assert tell(STOP, "15", env)
+    assert heard(str(error_file), STOP, os.getpid()) == "15" and heard(str(error_file), STOP) == "15"
+    assert heard(str(error_file), STOP, os.getpid() + 1) is None  # a child of the script cannot speak for it
+    assert heard(str(error_file), USAGE) is None
+    assert not open_channel({"TORCHELASTIC_ERROR_FILE": os.devnull}) and not open_channel({})
+    assert not tell(STOP, "15", {"TORCHELASTIC_ERROR_FILE": os.devnull})
+    forget(str(error_file))  # the agent does once the attempt is over: the user's folder as torchrun leaves it
+    assert not list(error_file.parent.iterdir()) and not tell(STOP, "15", env)
+    assert step_of("step_00000100") == "step 100" and step_of(None) is None

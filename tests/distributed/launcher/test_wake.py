@@ -17,14 +17,15 @@ import sys
 import time
 from pathlib import Path
 
-from neural_arch.distributed.launcher.stacks import handles
+from neural_arch.distributed.launcher.stacks import STACKS_SIGNAL, handles
 from neural_arch.distributed.launcher.stopping import KILL_WAIT, stat_fields, waking_first
 
 
 def stopped_child() -> subprocess.Popen:
     # Like a worker, it handles the stack-dump signal the agent sends before the close (stacks.py).
     program = (
-        "import signal, time; signal.signal(signal.SIGUSR2, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+        f"import signal, time; signal.signal({int(STACKS_SIGNAL)}, signal.SIG_IGN); print('ready', flush=True); "
+        "time.sleep(60)"
     )
     child = subprocess.Popen([sys.executable, "-c", program], start_new_session=True, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"  # the handler is set before it is stopped
@@ -50,7 +51,8 @@ def test_a_stopped_worker_takes_the_close_signal_at_once():
     child, waited = stopped_child(), []
     try:
         not_crashed = lambda: False  # e.g. a rank stopped on request: the others keep their grace
-        waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid}, not_crashed)()
+        listening = lambda local_rank, pid: True  # it said it writes its stacks (channel.py)
+        waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid}, not_crashed, listening)()
         assert waited == [True] and child.returncode == -signal.SIGTERM
     finally:
         child.kill()
@@ -88,10 +90,30 @@ def test_a_worker_still_starting_is_not_sent_the_stack_signal():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
         time.sleep(0.5)
-        assert not handles(child.pid, signal.SIGUSR2)
+        assert not handles(child.pid, STACKS_SIGNAL)
+        waited = []
+        listening = lambda local_rank, pid: True  # said so, then exec'd another program, say
+        waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid}, lambda: False, listening)()
+        assert waited == [True] and child.returncode == -signal.SIGTERM  # not killed by the stack signal
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_worker_that_did_not_say_it_listens_is_not_sent_the_stack_signal(tmp_path):
+    """A script's own handler of the signal is not the launcher's to run: only a worker that said,
+    through the launcher's channel, that it writes its stacks on it is sent it."""
+    ran = tmp_path / "handler_ran"
+    program = (
+        f"import signal, time; signal.signal({int(STACKS_SIGNAL)}, lambda *_: open({str(ran)!r}, 'w').close()); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", program], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready" and handles(child.pid, STACKS_SIGNAL)
         waited = []
         waking_first(lambda: close_like_torch(child, waited), lambda: {0: child.pid}, lambda: False)()
-        assert waited == [True] and child.returncode == -signal.SIGTERM  # not -SIGUSR2
+        assert waited == [True] and child.returncode == -signal.SIGTERM and not ran.exists()
     finally:
         child.kill()
         child.wait()
