@@ -24,9 +24,10 @@ ENV = PACKAGE / "distributed" / "env"
 
 SCHEDULER_VARIABLE = re.compile(
     r"(SLURM_|SBATCH_|SRUN_|OMPI_|PMI_|PMIX_|MPI_LOCAL|MV2_|LSB_|LSF_|JSM_|PBS_|PALS_|FLUX_|SKYPILOT_"
-    r"|KUBERNETES_|KUBEFLOW_|PET_)[A-Z0-9_]*|JOB_COMPLETION_INDEX"
+    r"|KUBERNETES_|KUBEFLOW_|PET_|RAY_|TORCHX_)[A-Z0-9_]*|JOB_COMPLETION_INDEX"
 )
-"""PET_*: torchrun's options as variables (Kubeflow Trainer sets them); env/torchrun_options.py reads them."""
+"""PET_*: torchrun's options as variables (Kubeflow Trainer sets them); env/torchrun_options.py reads them.
+RAY_*: a Ray Train worker's job (env/ray_train.py); TORCHX_*: what torchx sets in an app's replicas."""
 
 
 def scheduler_reads(text: str, name: str) -> list[str]:
@@ -55,6 +56,8 @@ def test_the_detectors_themselves_are_found():
         assert repr(name) in reads, name
     for name in ("FLUX_TASK_RANK", "SKYPILOT_NODE_IPS", "KUBERNETES_SERVICE_HOST", "JOB_COMPLETION_INDEX", "PET_"):
         assert repr(name) in reads, name
+    for name in ("RAY_JOB_ID", "KUBEFLOW_TRAINER_SERVER_URL", "KUBEFLOW_TRAINER_SERVER_TOKEN"):
+        assert repr(name) in reads, name
 
 
 PLANTED = {
@@ -64,6 +67,8 @@ PLANTED = {
     "in": ('def f(env):\n    return "JOB_COMPLETION_INDEX" in env\n', ["x.py:2: 'JOB_COMPLETION_INDEX'"]),
     "getenv": ('import os\na = os.getenv("SKYPILOT_NODE_RANK")\nb = os.getenv("PALS_RANKID")\n', None),
     "torchrun option": ('import os\nn = os.environ.get("PET_NPROC_PER_NODE")\n', ["x.py:2: 'PET_NPROC_PER_NODE'"]),
+    "ray": ('import os\njob = os.environ.get("RAY_JOB_ID")\n', ["x.py:2: 'RAY_JOB_ID'"]),
+    "torchx": ('import os\napp = os.environ["TORCHX_APP_NAME"]\n', ["x.py:2: 'TORCHX_APP_NAME'"]),
     "help text": ('HELP = "the scheduler\'s job id, such as SLURM_JOB_ID"\n', []),
     "f-string message": ('def f(j):\n    return f"SLURM job {j}: scontrol requeue $SLURM_JOB_ID"\n', []),
     "torchrun's own": ('import os\nrank = os.environ["RANK"]\nrun = os.environ.get("TORCHELASTIC_RUN_ID")\n', []),
