@@ -16,8 +16,10 @@ that still catches it (``handles``: after an ``exec`` it would die of it).
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
+import platform
 import signal
 import time
 from pathlib import Path
@@ -42,6 +44,26 @@ def dump_stacks_on_request(log: Optional[Path]) -> bool:
     faulthandler.register(STACKS_SIGNAL, file=out, all_threads=True, chain=False)
     tell(STACKS, str(int(STACKS_SIGNAL)))
     return True
+
+
+_TGKILL = {"x86_64": 234, "aarch64": 131}
+"""Linux's tgkill syscall number per machine (not in Python's os module)."""
+
+
+def signal_main_thread(pid: int, signum: int) -> None:
+    """Send ``signum`` to the main thread of process ``pid`` (Linux's tgkill; its tid is the
+    pid), not to the process: a process-directed signal may run its handler on any thread, and
+    when the process was stopped its main thread then runs on while another thread writes the
+    stacks (the main thread's stack was seen past the stop, inside the next forward). Where
+    tgkill is not at hand, ``os.kill``. Raises ProcessLookupError / PermissionError as os.kill."""
+    number = _TGKILL.get(platform.machine()) if os.uname().sysname == "Linux" else None
+    if number is None:
+        os.kill(pid, signum)
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(number, pid, pid, int(signum)) != 0:
+        err = ctypes.get_errno()
+        raise (ProcessLookupError if err == 3 else PermissionError if err == 1 else OSError)(err, os.strerror(err))
 
 
 def await_delivery(pids: list[int], signum: int, deadline: float) -> None:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from neural_arch.distributed.launcher.stacks import STACKS_SIGNAL, await_delivery, handles
+from neural_arch.distributed.launcher.stacks import STACKS_SIGNAL, await_delivery, handles, signal_main_thread
 
 __all__ = ["KILL_WAIT", "live_members", "stat_fields", "waking_first"]
 
@@ -70,7 +70,7 @@ def waking_first(
             if not listening(local_rank, pid) or not handles(pid, STACKS_SIGNAL):
                 continue  # not ours to ask (an executable, an exec'd script): the signal would kill it
             try:
-                os.kill(pid, STACKS_SIGNAL)
+                signal_main_thread(pid, STACKS_SIGNAL)  # the script's thread writes them, still where it was
                 asked.append(pid)
             except (ProcessLookupError, PermissionError):
                 pass
