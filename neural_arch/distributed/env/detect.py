@@ -45,49 +45,49 @@ process runs in even where a launcher started it (``scheduler``, ``scheduler_job
 ``checkpoint.requeue_on_stop`` requeues). These detectors are the only code that reads
 launcher and scheduler variables (tests/test_scheduler_variables.py checks), and they only
 read: ``detect_cluster_env`` returns a frozen record and writes nothing. A new scheduler is
-one file here plus one line in ``DETECTORS``.
+one file here plus one line in ``ORDER``.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import replace
 from typing import Callable, Optional
 
-from neural_arch.distributed.env import (
-    flux,
-    kubeflow_trainer,
-    kubernetes,
-    lsf,
-    mpich,
-    openmpi,
-    pbs,
-    plain,
-    ray_train,
-    skypilot,
-    slurm,
-    torchrun,
-)
 from neural_arch.distributed.env.record import ClusterEnv, Environ, launcher_settings
 
 Detector = Callable[[Environ], Optional[ClusterEnv]]
 SchedulerJob = Optional[Callable[[Environ], Optional[str]]]
 
-DETECTORS: tuple[tuple[str, Detector, SchedulerJob], ...] = (
-    ("torchrun", torchrun.detect, None),
-    ("ray_train", ray_train.detect, None),
-    ("openmpi", openmpi.detect, None),
-    ("flux", flux.detect, flux.scheduler_job),
-    ("pbs", pbs.detect, pbs.scheduler_job),
-    ("mpich", mpich.detect, None),
-    ("slurm", slurm.detect, slurm.scheduler_job),
-    ("lsf", lsf.detect, lsf.scheduler_job),
-    ("skypilot", skypilot.detect, skypilot.scheduler_job),
-    ("kubeflow_trainer", kubeflow_trainer.detect, kubeflow_trainer.scheduler_job),
-    ("kubernetes", kubernetes.detect, None),
-    ("env", plain.detect, None),
-    ("local", plain.detect_local, None),
+ORDER: tuple[str, ...] = (
+    "torchrun",
+    "ray_train",
+    "openmpi",
+    "flux",
+    "pbs",
+    "mpich",
+    "slurm",
+    "lsf",
+    "skypilot",
+    "kubeflow_trainer",
+    "kubernetes",
+    "env=plain:detect",
+    "local=plain:detect_local",
 )
+"""The detection order: ``NAME`` is module ``NAME`` of this package with its ``detect`` (and, for a
+scheduler, its ``scheduler_job``); ``NAME=MODULE:FUNCTION`` names another function. A new
+scheduler is its file plus its line here."""
+
+
+def _load(entry: str) -> tuple[str, Detector, SchedulerJob]:
+    name, _, where = entry.partition("=")
+    module_name, _, function = (where or name).partition(":")
+    module = importlib.import_module(f"{__package__}.{module_name}")
+    return name, getattr(module, function or "detect"), getattr(module, "scheduler_job", None)
+
+
+DETECTORS: tuple[tuple[str, Detector, SchedulerJob], ...] = tuple(_load(entry) for entry in ORDER)
 """(name, detector, the scheduler's job id or None), in the order they are tried; the first
 detector that returns a ClusterEnv wins, and the first scheduler with a job id names it."""
 
