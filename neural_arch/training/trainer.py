@@ -108,7 +108,7 @@ class Trainer:
         # ---- set up: process group, locked run directory, data, model, optimizer; resume from a checkpoint
         with claimed_run_dir(cfg) as self.run_dir, CheckpointWriter(cfg.checkpoint.async_save) as self.writer:
             run = self.components = build_components(cfg, self.create_data)
-            resumed = resume_from(run, self.resume, self.run_dir / "checkpoints")
+            resumed = resume_from(run, self.resume, self.run_dir / "checkpoints", self.hooks.callbacks)
             if resumed is None and cfg.run.init_from:  # fine-tuning: another run's weights, all else anew
                 weights_from(run, cfg.run.init_from)
             if resumed is not None and finished_at(run.step, steps, self.run_dir, self.resume):
