@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import queue
 import threading
+from pathlib import Path
 from typing import IO, Iterator, Optional, cast
 
 import torch
@@ -35,6 +36,7 @@ import torch
 import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint.background import staged_copy
 from neural_arch.distributed.checkpoint.keeper_protocol import CHUNK, KeeperClient, KeeperError
+from neural_arch.distributed.checkpoint.layout import step_dirs
 from neural_arch.distributed.checkpoint.staging_room import StagingRoom, copy_bytes
 from neural_arch.distributed.checkpoint.untrusted import safe_torch_load
 from neural_arch.training.callbacks import Callback, FinishEvent, StepEvent
@@ -67,18 +69,19 @@ class MemorySnapshots(Callback):
         self.components = components
         if not allowed:
             return None
-        try:
-            newest = self.client.newest() if nd.get_rank() == 0 else None
-        except KeeperError as exc:
-            self._say(f"no memory snapshot to resume from ({exc}); resuming from disk")
-            newest = None
-        step = cast(
-            Optional[int], nd.all_gather_object(newest)[0]
-        )  # rank 0's answer: every rank restores the same step
-        if step is None:
+        step = cast(Optional[int], nd.all_gather_object(self._newest(components) if nd.get_rank() == 0 else None)[0])
+        if step is None:  # rank 0's answer: every rank restores the same step, or none does
             return None
         where = f"memory snapshot step {step} at {self.client.address.where}"
-        data = self.client.get(step, REPLICATED_PART)
+        data, why = b"", None
+        try:
+            data = self.client.get(step, REPLICATED_PART)
+        except KeeperError as exc:
+            why = str(exc)
+        failed = next((w for w in nd.all_gather_object(why) if w is not None), None)
+        if failed is not None:  # every rank goes to the disk together, or none does
+            self._say(f"no memory snapshot to resume from ({failed}); resuming from disk")
+            return None
         state = safe_torch_load(io.BytesIO(data), where=where)
         del data
         components.restore(state, components.cfg.run.seed)
@@ -86,6 +89,17 @@ class MemorySnapshots(Callback):
             print(f"resuming from step {step} of {components.cfg.training.steps} ({where})", flush=True)
         self.restored = step
         return self.restored
+
+    def _newest(self, components: TrainingComponents) -> Optional[int]:
+        """The keeper's newest complete step, unless a disk checkpoint is newer (the disk resume
+        then takes it: fewer steps to recompute) or the keeper cannot be reached (said in one line)."""
+        try:
+            newest = self.client.newest()
+        except KeeperError as exc:
+            self._say(f"no memory snapshot to resume from ({exc}); resuming from disk")
+            return None
+        on_disk = step_dirs(Path(components.cfg.run.dir) / "checkpoints")  # names only: the disk resume verifies
+        return None if newest is None or (on_disk and on_disk[-1][0] > newest) else newest
 
     def on_step(self, event: StepEvent) -> None:
         if event.step % self.every == 0 and event.step < event.steps and self.components is not None:
