@@ -29,7 +29,7 @@ import io
 import queue
 import threading
 from pathlib import Path
-from typing import IO, Iterator, Optional, cast
+from typing import IO, Any, Iterator, Optional, cast
 
 import torch
 
@@ -73,7 +73,7 @@ class MemorySnapshots(Callback):
         if step is None:  # rank 0's answer: every rank restores the same step, or none does
             return None
         where = f"memory snapshot step {step} at {self.client.address.where}"
-        data, why = b"", None
+        data, why = bytearray(), None
         try:
             data = self.client.get(step, REPLICATED_PART)
         except KeeperError as exc:
@@ -82,7 +82,7 @@ class MemorySnapshots(Callback):
         if failed is not None:  # every rank goes to the disk together, or none does
             self._say(f"no memory snapshot to resume from ({failed}); resuming from disk")
             return None
-        state = safe_torch_load(io.BytesIO(data), where=where)
+        state = safe_torch_load(_Reader(data), where=where)  # type: ignore[arg-type]
         del data
         components.restore(state, components.cfg.run.seed)
         if nd.get_rank() == 0:
@@ -147,6 +147,33 @@ class MemorySnapshots(Callback):
         if kind not in self._said:
             self._said.add(kind)
             print(f"note: {line}", flush=True)
+
+
+class _Reader(io.RawIOBase):
+    """A seekable reader over the fetched bytes without copying them (``io.BytesIO`` of a
+    ``bytearray`` copies it: the whole snapshot once more, for nothing)."""
+
+    def __init__(self, data: bytearray) -> None:
+        self.view, self.at = memoryview(data), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, into: Any) -> int:
+        n = min(len(into), len(self.view) - self.at)
+        into[:n] = self.view[self.at : self.at + n]
+        self.at += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.at = offset + (0, self.at, len(self.view))[whence]
+        return self.at
+
+    def tell(self) -> int:
+        return self.at
 
 
 def _serialized(state: object) -> Iterator[bytes]:

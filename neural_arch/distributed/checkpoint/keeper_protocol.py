@@ -72,8 +72,8 @@ def read_line(sock: socket.socket) -> dict[str, Any]:
     return message
 
 
-def read_exact(sock: socket.socket, size: int) -> bytes:
-    """Exactly ``size`` bytes (KeeperError if the peer closes first)."""
+def read_exact(sock: socket.socket, size: int) -> bytearray:
+    """Exactly ``size`` bytes (KeeperError if the peer closes first), in the buffer they were read into."""
     buffer = bytearray(size)
     view, got = memoryview(buffer), 0
     while got < size:
@@ -81,7 +81,7 @@ def read_exact(sock: socket.socket, size: int) -> bytes:
         if n == 0:
             raise KeeperError(f"the connection closed after {got} of {size} bytes")
         got += n
-    return bytes(buffer)
+    return buffer
 
 
 def send_frames(sock: socket.socket, chunks: Iterable[bytes]) -> int:
@@ -104,7 +104,7 @@ def read_frames(sock: socket.socket) -> Iterator[bytes]:
             return
         if size > CHUNK:
             raise KeeperError(f"a frame of {size} bytes (at most {CHUNK})")
-        yield read_exact(sock, size)
+        yield bytes(read_exact(sock, size))  # a frame the keeper holds: immutable
 
 
 class KeeperClient:
@@ -128,7 +128,7 @@ class KeeperClient:
             step = self._answer(sock).get("step")
         return None if step is None else int(step)
 
-    def get(self, step: int, part: int) -> bytes:
+    def get(self, step: int, part: int) -> bytearray:
         """Part ``part`` of step ``step`` (KeeperError if the keeper does not hold it complete)."""
         with self._connect() as sock:
             send_line(sock, {"op": "get", "step": step, "part": part})
