@@ -2,7 +2,7 @@
 from the snapshot a ``SnapshotKeeper`` holds, read no checkpoint file, and end bitwise equal.
 
 Run: ``.venv/bin/python -m pytest tests/training/test_memory_recovery.py -q`` (2-rank gloo runs on
-127.0.0.1; 20-40 s on two shared cores).
+127.0.0.1; two tests, 13-60 s on two shared cores).
 
 The keeper runs in the test process, as it would in the launcher agent: it outlives the ranks.
 A run is 20 steps of the float64 regression MLP (``TWENTY_STEPS``: two epoch ends, uneven
@@ -45,7 +45,9 @@ class _KillAt(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _train(rank: int, world: int, run: str, address: Optional[KeeperAddress], kill_at: Optional[int]) -> Any:
+def _train(
+    rank: int, world: int, run: str, address: Optional[KeeperAddress], kill_at: Optional[int], *extra: str
+) -> Any:
     from neural_arch.training.config import load_config
     from neural_arch.training.memory_snapshot import MemorySnapshots
     from neural_arch.training.trainer import Trainer
@@ -57,17 +59,18 @@ def _train(rank: int, world: int, run: str, address: Optional[KeeperAddress], ki
         callbacks.append(snapshots)
     if kill_at is not None:
         callbacks.append(_KillAt(kill_at, snapshots))
-    trainer = Trainer(load_config(None, [*TWENTY_STEPS, f"run.dir={run}"]), callbacks=callbacks)
+    trainer = Trainer(load_config(None, [*TWENTY_STEPS, f"run.dir={run}", *extra]), callbacks=callbacks)
     trainer.train()
     # numpy arrays: a tensor would cross the result queue as shared memory that dies with the rank
     state = {k: v.detach().numpy().copy() for k, v in trainer.components.placement.plain.state_dict().items()}
     return state, None if snapshots is None else (snapshots.restored, snapshots.pushed)
 
 
-def _killed(run: Path, address: KeeperAddress, step: int) -> None:
+def _killed(run: Path, address: KeeperAddress, step: int, *extra: str) -> None:
     with pytest.raises(RankFailed, match="exited with code -9"):
-        run_ranks(_train, 2, args=(str(run), address, step), timeout=120)
-    assert not list((run / "checkpoints").glob("step_*")), "a checkpoint was written: the resume could read it"
+        run_ranks(_train, 2, args=(str(run), address, step, *extra), timeout=120)
+    if not extra:
+        assert not list((run / "checkpoints").glob("step_*")), "a checkpoint was written: the resume could read it"
 
 
 @pytest.mark.multiprocess
@@ -94,3 +97,22 @@ def test_ranks_killed_twice_resume_from_memory_bitwise(tmp_path):
         line.split("] ", 1)[1] for line in (run / "logs" / "rank_0.log").read_text().splitlines() if "start:" in line
     ]
     assert starts == ["start: world 2, step 0", *(f"start: world 2, step {s} (resumed from step {s})" for s in (6, 9))]
+
+
+@pytest.mark.multiprocess
+def test_a_disk_checkpoint_newer_than_the_keepers_step_wins(tmp_path):
+    """Snapshots at 3 and 6, a synchronous disk checkpoint at 4 and 8, killed after step 8: the
+    restart resumes from the disk's step 8 (fewer steps to recompute), still bitwise equal."""
+    disk = ("checkpoint.every_steps=4", "checkpoint.async_save=false")
+    reference = run_ranks(_train, 2, args=(str(tmp_path / "reference"), None, None), timeout=120)
+    run = tmp_path / "run"
+    with SnapshotKeeper(JobToken("test-job", "the test"), capacity=16 << 20) as keeper:
+        _killed(run, keeper.address, 8, *disk)
+        assert keeper.newest == 6
+        finished = run_ranks(_train, 2, args=(str(run), keeper.address, None, *disk), timeout=120)
+    for rank in range(2):
+        weights, (restored, _) = finished[rank]
+        assert restored is None, f"rank {rank} resumed from the keeper's step {restored}, not the disk's 8"
+        for name, value in reference[rank][0].items():
+            assert torch.equal(torch.from_numpy(weights[name]), torch.from_numpy(value)), f"rank {rank} {name}"
+    assert "resumed from step 8" in (run / "logs" / "rank_0.log").read_text()
