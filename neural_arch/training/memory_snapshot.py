@@ -35,6 +35,7 @@ import torch
 
 import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint.background import staged_copy
+from neural_arch.distributed.checkpoint.keeper_file import keeper_address
 from neural_arch.distributed.checkpoint.keeper_protocol import CHUNK, KeeperClient, KeeperError
 from neural_arch.distributed.checkpoint.layout import step_dirs
 from neural_arch.distributed.checkpoint.staging_room import StagingRoom, copy_bytes
@@ -61,6 +62,12 @@ class MemorySnapshots(Callback):
         """The step this run resumed from out of the keeper's memory (None: it did not)."""
         self._thread: Optional[threading.Thread] = None
         self._said: set[str] = set()
+
+    @classmethod
+    def for_worker(cls, every: int) -> Optional[MemorySnapshots]:
+        """Snapshots to the keeper this worker's launcher agent named (keeper_file.py); None without one."""
+        address = keeper_address()
+        return None if address is None else cls(KeeperClient(address), every)
 
     def restore_training(self, components: TrainingComponents, allowed: bool = True) -> Optional[int]:
         """Restore the keeper's newest complete step into ``components`` (every rank; collective);

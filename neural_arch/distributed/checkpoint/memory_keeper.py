@@ -27,9 +27,11 @@ Design for the pieces not built yet (issue 36, build point 1):
   starts its first worker group, and close it when the job ends; its state lives across
   restarts because the agent does. Hook: where the agent makes a worker group's per-worker
   folders (torch elastic's ``TORCHELASTIC_ERROR_FILE`` folder, as ``launcher/channel.py`` on the
-  torchrun-contract branch uses them), it writes ``neural_arch.keeper`` (0600: host, port and a
-  per-job secret) into each worker's folder; the worker side reads that file, so no environment
-  variable carries an internal setting, and a worker of torchrun's (no such file) takes none.
+  torchrun-contract branch uses them), it calls ``keeper_file.write_keeper_file(folder,
+  keeper.address)`` (0600: host, port, token) for each worker; the worker's
+  ``MemorySnapshots.for_worker(every)`` reads it (``keeper_file.keeper_address``), so no
+  environment variable carries an internal setting, and a worker of torchrun's (no file) takes none.
+  The trainer would add that callback when ``checkpoint.memory_every`` (a config key to add) is set.
 - Authentication: the job token's handshake (``launcher/job_token.py``); where a job has no
   token (one node, no ``--rdzv-id``), the agent makes a random one for the keeper alone.
 - Across nodes: each agent also pushes its complete step to the keeper of the next node in the

@@ -10,6 +10,7 @@ import socket
 
 import pytest
 
+from neural_arch.distributed.checkpoint.keeper_file import keeper_address, write_keeper_file
 from neural_arch.distributed.checkpoint.keeper_protocol import CHUNK, KeeperAddress, KeeperClient, KeeperError
 from neural_arch.distributed.checkpoint.memory_keeper import SnapshotKeeper
 from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken
@@ -87,3 +88,16 @@ def test_an_unreachable_keeper_is_one_line():
         address = gone.address
     with pytest.raises(KeeperError, match=f"cannot reach the snapshot keeper at {address.where}"):
         KeeperClient(address).newest()
+
+
+def test_a_worker_finds_the_keeper_by_the_file_in_its_folder(keeper, tmp_path, monkeypatch):
+    folder = tmp_path / "attempt_0" / "1"
+    path = write_keeper_file(folder, keeper.address)
+    assert path.stat().st_mode & 0o777 == 0o600  # it holds the job token
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(folder / "error.json"))
+    found = keeper_address()
+    assert found is not None and (found.host, found.port) == (keeper.address.host, keeper.address.port)
+    KeeperClient(found).put(3, 0, 1, [b"found"])  # its token is the keeper's
+    assert keeper.newest == 3
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "elsewhere" / "error.json"))
+    assert keeper_address() is None  # a worker of another launcher: no file, no snapshots
