@@ -2,7 +2,7 @@
 from the snapshot a ``SnapshotKeeper`` holds, read no checkpoint file, and end bitwise equal.
 
 Run: ``.venv/bin/python -m pytest tests/training/test_memory_recovery.py -q`` (2-rank gloo runs on
-127.0.0.1; two tests, 13-60 s on two shared cores).
+127.0.0.1; three tests, 20-70 s on two shared cores).
 
 The keeper runs in the test process, as it would in the launcher agent: it outlives the ranks.
 A run is 20 steps of the float64 regression MLP (``TWENTY_STEPS``: two epoch ends, uneven
@@ -116,3 +116,11 @@ def test_a_disk_checkpoint_newer_than_the_keepers_step_wins(tmp_path):
         for name, value in reference[rank][0].items():
             assert torch.equal(torch.from_numpy(weights[name]), torch.from_numpy(value)), f"rank {rank} {name}"
     assert "resumed from step 8" in (run / "logs" / "rank_0.log").read_text()
+
+
+@pytest.mark.multiprocess
+def test_a_keeper_without_room_refuses_every_push_and_training_goes_on(tmp_path):
+    with SnapshotKeeper(JobToken("test-job", "the test"), capacity=1000) as keeper:  # far below one snapshot
+        finished = run_ranks(_train, 2, args=(str(tmp_path / "run"), keeper.address, None), timeout=120)
+        assert keeper.newest is None and keeper.held_bytes == 0
+    assert [pushed for _, (_, pushed) in finished] == [[], []]
