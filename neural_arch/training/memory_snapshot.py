@@ -87,7 +87,7 @@ class MemorySnapshots(Callback):
             why = str(exc)
         failed = next((w for w in nd.all_gather_object(why) if w is not None), None)
         if failed is not None:  # every rank goes to the disk together, or none does
-            self._say(f"no memory snapshot to resume from ({failed}); resuming from disk")
+            self._say("resume", f"no memory snapshot to resume from ({failed}); resuming from disk")
             return None
         state = safe_torch_load(_Reader(data), where=where)  # type: ignore[arg-type]
         del data
@@ -103,7 +103,7 @@ class MemorySnapshots(Callback):
         try:
             newest = self.client.newest()
         except KeeperError as exc:
-            self._say(f"no memory snapshot to resume from ({exc}); resuming from disk")
+            self._say("resume", f"no memory snapshot to resume from ({exc}); resuming from disk")
             return None
         on_disk = step_dirs(Path(components.cfg.run.dir) / "checkpoints")  # names only: the disk resume verifies
         return None if newest is None or (on_disk and on_disk[-1][0] > newest) else newest
@@ -119,14 +119,17 @@ class MemorySnapshots(Callback):
         """Snapshot ``components`` now (every rank; collective) and send it behind training."""
         self.wait()  # one push in flight: the keeper's footprint counts on it
         if components.sharded_checkpoints:
-            self._say("memory snapshots of sharded state (checkpoint.format: sharded) are not built yet; none taken")
+            self._say(
+                "sharded",
+                "memory snapshots of sharded state (checkpoint.format: sharded) are not built yet; none taken",
+            )
             return
         state = components.checkpoint_state()  # collective: every rank's RNG
         host, device = copy_bytes(state) if nd.get_rank() == 0 else (0, 0)
         reasons = nd.all_gather_object(self.room.shortfall(host, device))
         short = next((f"on rank {r} {why}" for r, why in enumerate(reasons) if why is not None), None)
         if short is not None:
-            self._say(f"memory snapshot of step {components.step} skipped: {short}; later ones try again")
+            self._say("room", f"memory snapshot of step {components.step} skipped: {short}; later ones try again")
             return
         if nd.get_rank() != 0:
             return
@@ -146,12 +149,14 @@ class MemorySnapshots(Callback):
             self.client.put(step, REPLICATED_PART, 1, _serialized(staged))
             self.pushed.append(step)
         except (KeeperError, OSError) as exc:
-            self._say(f"memory snapshot of step {step} not kept ({exc}); the disk checkpoint stays the fallback")
+            self._say(
+                "push", f"memory snapshot of step {step} not kept ({exc}); the disk checkpoint stays the fallback"
+            )
 
-    def _say(self, line: str) -> None:
-        """One line per kind of message, once per run, from rank 0 (or the rank that alone knows it)."""
-        kind = line.split(" (")[0].split(":")[0]
-        if kind not in self._said:
+    def _say(self, kind: str, line: str) -> None:
+        """``line`` from rank 0, the first time a message of ``kind`` comes up in this run (every
+        choice here is agreed or rank 0's own: it pushes, and it asks the keeper first)."""
+        if kind not in self._said and nd.get_rank() == 0:
             self._said.add(kind)
             print(f"note: {line}", flush=True)
 
