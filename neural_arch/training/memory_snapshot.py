@@ -40,6 +40,7 @@ from neural_arch.distributed.checkpoint.keeper_protocol import CHUNK, KeeperClie
 from neural_arch.distributed.checkpoint.layout import step_dirs
 from neural_arch.distributed.checkpoint.staging_room import StagingRoom, copy_bytes
 from neural_arch.distributed.checkpoint.untrusted import safe_torch_load
+from neural_arch.distributed.launcher.channel import PROGRESS, tell
 from neural_arch.training.callbacks import Callback, FinishEvent, StepEvent
 from neural_arch.training.components import TrainingComponents
 
@@ -68,6 +69,20 @@ class MemorySnapshots(Callback):
         """Snapshots to the keeper this worker's launcher agent named (keeper_file.py); None without one."""
         address = keeper_address()
         return None if address is None else cls(KeeperClient(address), every)
+
+    @classmethod
+    def for_run(cls, every: int) -> list[Callback]:
+        """The trainer's (``checkpoint.memory_every``): ``[MemorySnapshots]`` where this worker's
+        launcher runs a keeper, else ``[]`` with one note from rank 0 (e.g. a worker of torchrun's)."""
+        snapshots = cls.for_worker(every) if every > 0 else None
+        if every > 0 and snapshots is None and nd.detect_cluster_env().rank == 0:
+            print(
+                f"note: checkpoint.memory_every={every}, but no snapshot keeper was found (only neural-arch's "
+                "launcher runs one: `neural-arch train --nproc-per-node N` or `neural-arch launch`); "
+                "no memory snapshots, a restart resumes from disk",
+                flush=True,
+            )
+        return [] if snapshots is None else [snapshots]
 
     def restore_training(self, components: TrainingComponents, allowed: bool = True) -> Optional[int]:
         """Restore the keeper's newest complete step into ``components`` (every rank; collective);
@@ -148,6 +163,7 @@ class MemorySnapshots(Callback):
         try:
             self.client.put(step, REPLICATED_PART, 1, _serialized(staged))
             self.pushed.append(step)
+            tell(PROGRESS, f"step {step} in memory")  # progress for the launcher's restart policy, as a save is
         except (KeeperError, OSError) as exc:
             self._say(
                 "push", f"memory snapshot of step {step} not kept ({exc}); the disk checkpoint stays the fallback"

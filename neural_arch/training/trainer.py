@@ -96,7 +96,7 @@ class Trainer:
     ) -> None:
         self.cfg = cfg
         self.resume = resume or cfg.checkpoint.resume
-        self.hooks = RunCallbacks.for_run(callbacks, on_step, cfg.training.steps)
+        self.hooks = RunCallbacks.for_run(callbacks, on_step, cfg.training.steps, cfg.checkpoint.memory_every)
         self.create_data = create_data
         self.stopped_early: Optional[tuple[int, int, str]] = None
         """(step, steps, why) of a run a callback stopped before ``training.steps`` (None: it did not)."""
