@@ -22,18 +22,9 @@ frames arrive), so with ``capacity`` = 2 x one step's snapshot the newest step i
 next arrives. A push that would exceed it is refused with the numbers (its frames are read and
 dropped) and the complete step stays. Frames are at most ``keeper_protocol.CHUNK`` bytes.
 
-Design for the pieces not built yet (issue 36, build point 1):
-- Where it starts: the agent (``launcher/agent.py``) would start one keeper per node before it
-  starts its first worker group, and close it when the job ends; its state lives across
-  restarts because the agent does. Hook: where the agent makes a worker group's per-worker
-  folders (torch elastic's ``TORCHELASTIC_ERROR_FILE`` folder, as ``launcher/channel.py`` on the
-  torchrun-contract branch uses them), it calls ``keeper_file.write_keeper_file(folder,
-  keeper.address)`` (0600: host, port, token) for each worker; the worker's
-  ``MemorySnapshots.for_worker(every)`` reads it (``keeper_file.keeper_address``), so no
-  environment variable carries an internal setting, and a worker of torchrun's (no file) takes none.
-  The trainer would add that callback when ``checkpoint.memory_every`` (a config key to add) is set.
-- Authentication: the job token's handshake (``launcher/job_token.py``); where a job has no
-  token (one node, no ``--rdzv-id``), the agent makes a random one for the keeper alone.
+Where it runs: the launcher starts one per node for the job's lifetime (``launcher/keeper.py``)
+and leaves its address in each worker's folder (``keeper_file.py``); the trainer pushes to it
+every ``checkpoint.memory_every`` steps. Design for the pieces not built yet (issue 36, build 1):
 - Across nodes: each agent also pushes its complete step to the keeper of the next node in the
   rendezvous ring (agent to agent, the same protocol and token), so a lost host leaves one copy;
   a restarted node's workers fetch their parts from whichever keeper holds the newest complete
