@@ -110,6 +110,7 @@ _RANGES: dict[str, RangeRule] = {
     "training.timeout": POSITIVE,
     "checkpoint.every_steps": at_least(0),
     "checkpoint.keep_last": at_least(1),
+    "checkpoint.memory_every": at_least(0),
     "checkpoint.resume": ((lambda v: v != ""), "'auto', 'none' or a checkpoint path"),
     "run.init_from": ((lambda v: v.strip() != ""), "a checkpoint path (or null)"),
     "logging.every_steps": at_least(1),

@@ -114,6 +114,11 @@ class CheckpointConfig:
     """Write checkpoints in the background: the state is copied off the training tensors (as much
     memory again as the state), training continues, and the step is committed when complete; at
     most one save in flight. false: training waits while every byte is written."""
+    memory_every: int = 0
+    """Also keep a snapshot of the training state in the memory of this node's launcher every N
+    steps (0 = off): a rank killed mid-run restarts the group from it, no file read, at most N
+    steps recomputed, bitwise equal. Needs our launcher (``neural-arch train --nproc-per-node``,
+    ``neural-arch launch``); not sharded state yet; lost with the node (disk checkpoints stay)."""
     requeue_on_stop: bool = False
     """Under SLURM: after a stop signal (e.g. ``--signal=USR1@120`` before the time limit) has been
     saved, rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` so the job queues again and resumes."""

@@ -23,6 +23,7 @@ import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint import CheckpointWriter
 from neural_arch.training.callbacks import Callback, FinishEvent, SaveEvent, StepEvent, ValidationEvent
 from neural_arch.training.kubeflow_progress import with_trainjob_progress
+from neural_arch.training.memory_snapshot import MemorySnapshots
 
 
 class StepFunction(Callback):
@@ -47,11 +48,13 @@ class RunCallbacks:
 
     @classmethod
     def for_run(
-        cls, callbacks: Sequence[Callback], on_step: Optional[Callable[[int], None]], steps: int
+        cls, callbacks: Sequence[Callback], on_step: Optional[Callable[[int], None]], steps: int, memory_every: int = 0
     ) -> RunCallbacks:
-        """The user's callbacks, ``train(on_step=fn)`` as one more, and in a Kubeflow TrainJob pod
-        whose status server is set, a progress reporter (kubeflow_progress.py): a run reports by itself."""
+        """The user's callbacks, ``train(on_step=fn)`` as one more, memory snapshots every
+        ``memory_every`` steps where the launcher keeps them (memory_snapshot.py), and in a Kubeflow
+        TrainJob pod whose status server is set, a progress reporter (kubeflow_progress.py)."""
         own = [*callbacks, *([StepFunction(on_step)] if on_step is not None else [])]
+        own += MemorySnapshots.for_run(memory_every)
         return cls(with_trainjob_progress(own), steps)
 
     @property

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Optional, cast
+from typing import Any, Iterator, Optional, Sequence, cast
 
 import torch
 
@@ -94,15 +94,24 @@ def _data_missing_on_rank_0(task: type[Task], cfg: Config) -> bool:
     return missing
 
 
-def resume_from(components: TrainingComponents, resume: str, checkpoints: Path) -> Optional[int]:
+def resume_from(
+    components: TrainingComponents, resume: str, checkpoints: Path, callbacks: Sequence[object] = ()
+) -> Optional[int]:
     """Restore the checkpoint ``resume`` names (``auto``: the newest usable one in ``checkpoints``,
     ``none``, or a path); the step it was taken at, or None when nothing was restored.
+
+    A callback with ``restore_training(components, allowed)`` (memory_snapshot.py) is asked first
+    (``allowed``: ``resume`` is ``auto``); a step it restored wins over the disk.
 
     With ``auto``, a checkpoint that loads but cannot be restored into this run (another
     model's shapes, a shard entry refused as unsafe) is skipped with one warning naming it and
     why, like a damaged one, and the next older one is tried; if none fits, a one-line
     ``ConfigError`` (training from scratch would prune the checkpoints that are there).
     """
+    for callback in callbacks:
+        restore = getattr(callback, "restore_training", None)
+        if restore is not None and (step := restore(components, resume == "auto")) is not None:
+            return cast(int, step)
     if resume == "none":
         return None
     found = load_checkpoint(checkpoints if resume == "auto" else Path(resume))

@@ -96,7 +96,7 @@ class Trainer:
     ) -> None:
         self.cfg = cfg
         self.resume = resume or cfg.checkpoint.resume
-        self.hooks = RunCallbacks.for_run(callbacks, on_step, cfg.training.steps)
+        self.hooks = RunCallbacks.for_run(callbacks, on_step, cfg.training.steps, cfg.checkpoint.memory_every)
         self.create_data = create_data
         self.stopped_early: Optional[tuple[int, int, str]] = None
         """(step, steps, why) of a run a callback stopped before ``training.steps`` (None: it did not)."""
@@ -108,7 +108,7 @@ class Trainer:
         # ---- set up: process group, locked run directory, data, model, optimizer; resume from a checkpoint
         with claimed_run_dir(cfg) as self.run_dir, CheckpointWriter(cfg.checkpoint.async_save) as self.writer:
             run = self.components = build_components(cfg, self.create_data)
-            resumed = resume_from(run, self.resume, self.run_dir / "checkpoints")
+            resumed = resume_from(run, self.resume, self.run_dir / "checkpoints", self.hooks.callbacks)
             if resumed is None and cfg.run.init_from:  # fine-tuning: another run's weights, all else anew
                 weights_from(run, cfg.run.init_from)
             if resumed is not None and finished_at(run.step, steps, self.run_dir, self.resume):

@@ -106,23 +106,29 @@ def gpt_args(corpus: Path) -> list[str]:
 
 
 def launch_fault(
-    mode: str, step: int, ranks: int, *args: str, env: Optional[Mapping[str, str]] = None
+    mode: str,
+    step: int,
+    ranks: int,
+    *args: str,
+    env: Optional[Mapping[str, str]] = None,
+    restarts: int = 1,
+    timeout: float = 240,
 ) -> subprocess.CompletedProcess[str]:
-    """``train_fault.py`` on ``ranks`` processes under the launcher (``--max_restarts=1``);
-    ``mode`` is ``none`` (no fault), ``kill`` or ``ckpt`` (see the script); ``env`` adds variables."""
+    """``train_fault.py`` on ``ranks`` processes under the launcher (``--max_restarts=restarts``);
+    ``mode`` is ``none`` (no fault), ``kill``, ``kills`` or ``ckpt`` (see the script); ``env`` adds variables."""
     cmd = [
         sys.executable,
         "-m",
         "neural_arch.distributed.launcher",
         f"--nproc_per_node={ranks}",
-        "--max_restarts=1",
+        f"--max_restarts={restarts}",
         FAULT,
         mode,
         str(step),
         *args,
     ]
     return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+        cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     )
 
 

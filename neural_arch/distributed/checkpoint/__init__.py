@@ -13,7 +13,9 @@ with fallback, list), ``sharded.py`` (DCP, loadable at another world size), ``la
 writes, every rank learns the outcome), ``loadable.py`` (refuse state that could not be
 loaded back), ``progress.py`` (tell the launcher a save succeeded), ``untrusted.py`` and ``dcp_reader.py`` (load
 without running code from the files: allowlisting unpicklers), ``errors.py``. Every write goes
-through ``neural_arch.utils.atomic``.
+through ``neural_arch.utils.atomic``. ``memory_keeper.py``, ``keeper_protocol.py`` and
+``keeper_file.py``: snapshots held in the launcher agent's memory (training/memory_snapshot.py
+pushes and restores them; issue 36, first piece).
 """
 
 from neural_arch.distributed.checkpoint.background import CheckpointWriter

@@ -80,8 +80,8 @@ class CheckpointWriter:
         staging = None
         if shards is not None:
             staging = where / on_rank0(lambda: make_tmp_dir(where, step_name(step)).name, failed)
-            shards = _copied(shards)
-        replicated = _copied(state) if rank == 0 else None  # only rank 0 writes the replicated part
+            shards = staged_copy(shards)
+        replicated = staged_copy(state) if rank == 0 else None  # only rank 0 writes the replicated part
         group = self._writer_group() if shards is not None else None
         self._error = None
         self._thread = threading.Thread(
@@ -175,6 +175,7 @@ class CheckpointWriter:
         return self._group
 
 
-def _copied(state: Any) -> Any:
-    """``state`` with every tensor copied off the training tensors (DTensors keep their layout)."""
+def staged_copy(state: Any) -> Any:
+    """``state`` with every tensor copied off the training tensors (DTensors keep their layout); memory
+    snapshots stage with it too (training/memory_snapshot.py)."""
     return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, state)

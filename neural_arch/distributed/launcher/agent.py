@@ -173,8 +173,9 @@ class RobustElasticAgent(LocalElasticAgent):
                     break
                 time.sleep(0.02)
 
-    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
-        super()._shutdown(death_sig, timeout)
+    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: Optional[int] = None) -> None:
+        # torch's _stop_workers (each restart) calls _shutdown() bare, i.e. its 30 s: ours is --shutdown-timeout.
+        super()._shutdown(death_sig, self._shutdown_timeout if timeout is None else timeout)
         # The attempt is over and its failures recorded: its workers' messages go (channel.py).
         for error_file in self._pcontext.error_files.values() if self._pcontext else ():
             forget(error_file)

@@ -12,7 +12,8 @@ never collide); ``--nnodes=MIN:MAX`` is an elastic job over a c10d rendezvous.
 Exposure and lifetime (docs/security.md): every store listens on one address (loopback
 for one node; see listen.py, rendezvous.py), a multi-node job admits only nodes with its
 job token (job_token.py), workers die with the launcher (lifeline.py) and the launcher's
-temporary directory goes with it (scratch.py).
+temporary directory goes with it (scratch.py). The node's snapshot keeper (keeper.py) lives as
+long as the launcher, on loopback behind a token.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from neural_arch.distributed.launcher.agent import RobustElasticAgent
 from neural_arch.distributed.launcher.args import PROG, LaunchUsageError, misplaced_options, parse_launch_args
 from neural_arch.distributed.launcher.config import LaunchConfig, config_from_args
 from neural_arch.distributed.launcher.job_token import TOKEN_ENV, ForeignJobError, JobToken, resolve_job_token
+from neural_arch.distributed.launcher.keeper import leaving_keeper_files, node_keeper
 from neural_arch.distributed.launcher.listen import check_port_free, is_local, loopback_interface
 from neural_arch.distributed.launcher.log_format import clear_progress_markers
 from neural_arch.distributed.launcher.outcome import failed_job_exit
@@ -116,7 +118,12 @@ class DistributedLauncher:
         run_id = c.run_id or (f"na-{c.master_addr}-{c.master_port}" if c.max_nodes > 1 else uuid.uuid4().hex[:12])
         # torch elastic's own log lines repeat what the ranks and the summary say (torch_logs.py), and
         # a lost c10d store's C++ warnings what lost_rendezvous_line says (rendezvous.py).
-        with ScratchDir() as scratch, torch_elastic_logs(c.verbose), quiet_store_warnings(c.verbose):
+        with (
+            ScratchDir() as scratch,
+            torch_elastic_logs(c.verbose),
+            quiet_store_warnings(c.verbose),
+            node_keeper(self._token) as keeper,  # the workers' memory snapshots outlive them (keeper.py)
+        ):
             log_dir = Path(c.log_dir) if c.log_dir else scratch / "logs"
             clear_progress_markers(log_dir)  # an earlier job's, e.g. one whose launcher was killed
             params = rendezvous_parameters(c, run_id)
@@ -133,9 +140,11 @@ class DistributedLauncher:
                 master_addr=c.master_addr if params.backend == "static" else None,
                 master_port=c.master_port if params.backend == "static" else None,
             )
+            logs_specs = compat.logs_specs(c, scratch)
+            logs_specs.reify = leaving_keeper_files(logs_specs.reify, keeper)  # type: ignore[method-assign]
             agent = RobustElasticAgent(
                 spec=spec,
-                logs_specs=compat.logs_specs(c, scratch),
+                logs_specs=logs_specs,
                 shutdown_timeout=c.shutdown_timeout,
                 log_dir=log_dir,
                 stop_repeated_failures=c.max_nodes == 1,

@@ -1,0 +1,156 @@
+"""The wire format between a worker and a snapshot keeper (memory_keeper.py), and the worker's client.
+
+Use (a worker; ``address`` names the keeper its launcher agent runs)::
+
+    client = KeeperClient(KeeperAddress("127.0.0.1", port, token))
+    client.put(step=6, part=0, parts=1, chunks=stream)   # stream: an iterable of bytes
+    step = client.newest()                               # the newest complete step, or None
+    data = client.get(step, part=0)                      # that part's bytes
+
+Every connection carries one request. It opens with the job-token handshake of
+``launcher/job_token.py`` (the keeper challenges, the worker proves the token; the token never
+crosses the wire), then the worker sends one JSON line (``{"op": "put"|"get"|"newest", ...}``);
+a ``put`` follows it with frames (8-byte big-endian length, then that many bytes; length 0
+ends), so neither side needs the snapshot's size before it is serialized. The keeper answers
+one JSON line (``{"error": "..."}`` on refusal); a ``get``'s answer ``{"step": S, "size": n}``
+is followed by the ``n`` bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional
+
+from neural_arch.distributed.launcher.job_token import HANDSHAKE_SECONDS, JobToken, respond
+
+CHUNK = 4 << 20
+"""Bytes per frame a worker sends (and per receive the keeper makes): a bounded buffer on both sides."""
+LINE_LIMIT = 64 << 10
+"""A request or answer line longer than this is refused (a peer never makes the keeper hold more)."""
+IO_SECONDS = 60.0
+"""How long either side waits for the other's next bytes before giving up on the connection."""
+FRAME = struct.Struct(">Q")
+
+
+class KeeperError(RuntimeError):
+    """The keeper refused a request or could not be reached; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class KeeperAddress:
+    """Where a worker finds its node's keeper, and the token that proves it belongs to the job."""
+
+    host: str
+    port: int
+    token: JobToken
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def send_line(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(message).encode() + b"\n")
+
+
+def read_line(sock: socket.socket) -> dict[str, Any]:
+    """One JSON line (byte by byte up to the newline: nothing after it is consumed)."""
+    data = bytearray()
+    while not data.endswith(b"\n"):
+        byte = sock.recv(1)
+        if not byte:
+            raise KeeperError("the connection closed before a whole line arrived")
+        data += byte
+        if len(data) > LINE_LIMIT:
+            raise KeeperError(f"a line longer than {LINE_LIMIT} bytes")
+    message = json.loads(data)
+    if not isinstance(message, dict):
+        raise KeeperError("a line that is not a JSON object")
+    return message
+
+
+def read_exact(sock: socket.socket, size: int) -> bytearray:
+    """Exactly ``size`` bytes (KeeperError if the peer closes first), in the buffer they were read into."""
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = sock.recv_into(view[got:], min(size - got, CHUNK))
+        if n == 0:
+            raise KeeperError(f"the connection closed after {got} of {size} bytes")
+        got += n
+    return buffer
+
+
+def send_frames(sock: socket.socket, chunks: Iterable[bytes]) -> int:
+    """Send ``chunks`` as frames, then the end frame; the bytes sent."""
+    total = 0
+    for chunk in chunks:
+        if chunk:
+            sock.sendall(FRAME.pack(len(chunk)))
+            sock.sendall(chunk)
+            total += len(chunk)
+    sock.sendall(FRAME.pack(0))
+    return total
+
+
+def read_frames(sock: socket.socket) -> Iterator[bytes]:
+    """The frames' contents until the end frame; a frame over ``CHUNK`` bytes is refused."""
+    while True:
+        (size,) = FRAME.unpack(read_exact(sock, FRAME.size))
+        if size == 0:
+            return
+        if size > CHUNK:
+            raise KeeperError(f"a frame of {size} bytes (at most {CHUNK})")
+        yield bytes(read_exact(sock, size))  # a frame the keeper holds: immutable
+
+
+class KeeperClient:
+    """A worker's requests to its keeper; each opens a connection, proves the token, asks once."""
+
+    def __init__(self, address: KeeperAddress) -> None:
+        self.address = address
+
+    def put(self, step: int, part: int, parts: int, chunks: Iterable[bytes]) -> int:
+        """Give the keeper ``part`` of ``parts`` of step ``step``; the bytes sent. KeeperError if refused."""
+        with self._connect() as sock:
+            send_line(sock, {"op": "put", "step": step, "part": part, "parts": parts})
+            sent = send_frames(sock, chunks)
+            self._answer(sock)
+        return sent
+
+    def newest(self) -> Optional[int]:
+        """The newest step the keeper holds complete (every part), or None."""
+        with self._connect() as sock:
+            send_line(sock, {"op": "newest"})
+            step = self._answer(sock).get("step")
+        return None if step is None else int(step)
+
+    def get(self, step: int, part: int) -> bytearray:
+        """Part ``part`` of step ``step`` (KeeperError if the keeper does not hold it complete)."""
+        with self._connect() as sock:
+            send_line(sock, {"op": "get", "step": step, "part": part})
+            answer = self._answer(sock)
+            return read_exact(sock, int(answer["size"]))
+
+    def _connect(self) -> socket.socket:
+        where = self.address.where
+        try:
+            sock = socket.create_connection((self.address.host, self.address.port), timeout=HANDSHAKE_SECONDS)
+        except OSError as exc:
+            raise KeeperError(f"cannot reach the snapshot keeper at {where}: {exc.strerror or exc}") from None
+        try:
+            respond(sock, self.address.token, where)
+        except Exception:
+            sock.close()
+            raise
+        sock.settimeout(IO_SECONDS)
+        return sock
+
+    def _answer(self, sock: socket.socket) -> dict[str, Any]:
+        answer = read_line(sock)
+        if "error" in answer:
+            raise KeeperError(f"the snapshot keeper at {self.address.where} refused: {answer['error']}")
+        return answer

@@ -1,0 +1,221 @@
+"""A node's keeper of the workers' training-state snapshots, in a process that outlives them.
+
+Use (a launcher agent would; tests do)::
+
+    with SnapshotKeeper(token, capacity=2 << 30) as keeper:   # listens on 127.0.0.1, a free port
+        address = keeper.address                               # KeeperAddress for the workers
+        ...                                                    # workers push and fetch (keeper_protocol.py)
+
+Why here: a failure restarts every worker of the group (torch elastic), so a copy kept in a
+worker's memory dies with it. The node's launcher agent survives its workers: it holds the copy
+(Gemini-style: the host's CPU memory) and the restarted workers read it back instead of a file.
+
+What it holds: per step, ``parts`` parts (the worker side, ``training/memory_snapshot.py``,
+pushes one part for a replicated DDP state, rank 0's; a sharded layout would push one per rank).
+The newest step that has every part is *complete* and is what ``get`` serves; at most one other
+step is pending (a push of step S drops any pending step but S, so parts of an attempt that
+died are never mixed in with another step). A step that completes replaces the complete one.
+A push of a step at or below the complete one is refused (stale).
+
+Bounded footprint: at most ``capacity`` bytes of snapshot data (complete + pending, counted as
+frames arrive), so with ``capacity`` = 2 x one step's snapshot the newest step is kept while the
+next arrives. A push that would exceed it is refused with the numbers (its frames are read and
+dropped) and the complete step stays. Frames are at most ``keeper_protocol.CHUNK`` bytes.
+
+Where it runs: the launcher starts one per node for the job's lifetime (``launcher/keeper.py``)
+and leaves its address in each worker's folder (``keeper_file.py``); the trainer pushes to it
+every ``checkpoint.memory_every`` steps. Design for the pieces not built yet (issue 36, build 1):
+- Across nodes: each agent also pushes its complete step to the keeper of the next node in the
+  rendezvous ring (agent to agent, the same protocol and token), so a lost host leaves one copy;
+  a restarted node's workers fetch their parts from whichever keeper holds the newest complete
+  step (the ranks agree on it with one gather, as the worker side already does).
+- FSDP/sharded state: one part per rank (its DTensor shards' local tensors plus rank 0's
+  replicated rest); restore is exact on the same world size and mesh only (the parts are the old
+  layout's shards); another world size falls back to the disk checkpoint (DCP reshards).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from neural_arch.distributed.checkpoint.keeper_protocol import (
+    IO_SECONDS,
+    KeeperAddress,
+    KeeperError,
+    read_frames,
+    read_line,
+    send_line,
+)
+from neural_arch.distributed.launcher.job_token import HANDSHAKE_SECONDS, JobToken, challenge
+
+
+@dataclass
+class _Step:
+    """One step's parts as they arrive (each a list of frames: no whole-snapshot copy is made)."""
+
+    parts: int
+    data: dict[int, list[bytes]] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(len(frame) for frames in self.data.values() for frame in frames)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.data) == self.parts
+
+
+class SnapshotKeeper:
+    """A TCP server (threads) holding the newest complete step of snapshots, ``capacity`` bytes at most."""
+
+    def __init__(self, token: JobToken, capacity: int, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.token, self.capacity = token, capacity
+        self._server = socket.create_server((host, port))
+        self._lock = threading.Lock()
+        self._complete: Optional[tuple[int, _Step]] = None
+        self._pending: Optional[tuple[int, _Step]] = None
+        self._incoming = 0
+        """Bytes of pushes still arriving (counted against ``capacity`` until they end)."""
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="snapshot-keeper", daemon=True)
+
+    @property
+    def address(self) -> KeeperAddress:
+        host, port = self._server.getsockname()[:2]
+        return KeeperAddress(host, port, self.token)
+
+    @property
+    def newest(self) -> Optional[int]:
+        """The newest complete step held, or None."""
+        with self._lock:
+            return None if self._complete is None else self._complete[0]
+
+    @property
+    def held_bytes(self) -> int:
+        """Snapshot bytes held now (complete, pending and arriving)."""
+        with self._lock:
+            return self._held()
+
+    def start(self) -> SnapshotKeeper:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close alone leaves it blocked)
+        except OSError:
+            pass
+        self._server.close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> SnapshotKeeper:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._handle, args=(conn,), name="snapshot-keeper-conn", daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(HANDSHAKE_SECONDS)
+            if challenge(conn, self.token) is not None:
+                return  # not of this job: it learns nothing and gives nothing
+            conn.settimeout(IO_SECONDS)
+            try:
+                request = read_line(conn)
+                op = request.get("op")
+                if op == "put":
+                    self._put(conn, int(request["step"]), int(request["part"]), int(request["parts"]))
+                elif op == "newest":
+                    send_line(conn, {"step": self.newest})
+                elif op == "get":
+                    self._get(conn, int(request["step"]), int(request["part"]))
+                else:
+                    send_line(conn, {"error": f"unknown request {op!r}"})
+            except (KeeperError, OSError, ValueError, KeyError, TypeError):
+                return  # a broken or hostile request: drop the connection, keep what is held
+
+    def _put(self, conn: socket.socket, step: int, part: int, parts: int) -> None:
+        why = self._refusal(step, part, parts)
+        frames: list[bytes] = []
+        arrived = 0
+        try:
+            for frame in read_frames(conn):  # read to the end frame even when refused: the answer follows it
+                if why is None:
+                    why = self._reserve(len(frame), step, part)
+                if why is None:
+                    frames.append(frame)
+                    arrived += len(frame)
+        except BaseException:
+            self._release(arrived)
+            raise
+        if why is None:
+            why = self._store(step, part, parts, frames, arrived)
+        else:
+            self._release(arrived)
+        send_line(conn, {"error": why} if why else {"ok": True, "step": step, "part": part})
+
+    def _refusal(self, step: int, part: int, parts: int) -> Optional[str]:
+        if parts < 1 or not 0 <= part < parts:
+            return f"part {part} of {parts}: a part is 0 to parts - 1"
+        with self._lock:
+            if self._complete is not None and step <= self._complete[0]:
+                return f"step {step} is not newer than the complete step {self._complete[0]} held"
+        return None
+
+    def _reserve(self, size: int, step: int, part: int) -> Optional[str]:
+        with self._lock:
+            replaced = self._pending[1].data.get(part, []) if self._pending and self._pending[0] == step else []
+            if self._held() - sum(map(len, replaced)) + size > self.capacity:
+                return (
+                    f"step {step} part {part} does not fit: {self._held() + size} bytes would exceed the keeper's "
+                    f"capacity of {self.capacity} bytes; the complete step stays"
+                )
+            self._incoming += size
+        return None
+
+    def _release(self, arrived: int) -> None:
+        with self._lock:
+            self._incoming -= arrived
+
+    def _store(self, step: int, part: int, parts: int, frames: list[bytes], arrived: int) -> Optional[str]:
+        """Keep the arrived ``frames`` (their bytes move from arriving to held under one lock)."""
+        with self._lock:
+            self._incoming -= arrived
+            if self._complete is not None and step <= self._complete[0]:
+                return f"step {step} is not newer than the complete step {self._complete[0]} held"
+            if self._pending is None or self._pending[0] != step:
+                self._pending = (step, _Step(parts))  # another step's parts were of an attempt that is over
+            pending = self._pending[1]
+            if pending.parts != parts:
+                return f"step {step} was pushed in {pending.parts} parts, now {parts}"
+            pending.data[part] = frames
+            if pending.complete:
+                self._complete, self._pending = self._pending, None
+        return None
+
+    def _get(self, conn: socket.socket, step: int, part: int) -> None:
+        with self._lock:
+            held = self._complete
+        if held is None or held[0] != step or part not in held[1].data:
+            send_line(conn, {"error": f"step {step} part {part} is not held complete (newest: {held and held[0]})"})
+            return
+        frames = held[1].data[part]  # a reference: a newer step replacing it does not change these frames
+        send_line(conn, {"step": step, "size": sum(map(len, frames))})
+        for frame in frames:
+            conn.sendall(frame)
+
+    def _held(self) -> int:
+        steps: list[Any] = [s for s in (self._complete, self._pending) if s is not None]
+        return sum(s[1].size for s in steps) + self._incoming

@@ -1,0 +1,251 @@
+"""Snapshots of the training state in a keeper's memory every K steps, and a run resumed from them.
+
+Use (every rank; ``address`` names the node's keeper, ``distributed/checkpoint/memory_keeper.py``)::
+
+    snapshots = MemorySnapshots(KeeperClient(address), every=3)
+    train(cfg, callbacks=[snapshots])   # resumes from the keeper's newest complete step, else from disk
+
+What a snapshot holds is exactly what a disk checkpoint holds: ``TrainingComponents.checkpoint_state()``
+(weights, optimizer, schedule, scaler, sampler position, step, every rank's RNG), and it is
+restored by the same ``TrainingComponents.restore`` the disk resume calls, after the same
+allowlisting unpickler (``safe_torch_load``): what makes the disk resume exact makes this one exact.
+
+Capture: at a due step every rank takes part in ``checkpoint_state()`` (it gathers the RNGs) and
+agrees on the room (``StagingRoom``, one gather, as ``CheckpointWriter`` does); rank 0 copies the
+state with the asynchronous save's ``staged_copy`` (the only stall: the same copy an
+asynchronous save makes) and a thread serializes it straight into the keeper's connection in
+``CHUNK``-byte frames, so the worker holds the copy plus one frame, never a serialized whole.
+Where any rank lacks the room, nobody copies that step and rank 0 says so in one line, once. A
+push the keeper refuses (too big, unreachable) is said in one line and training goes on: the
+disk checkpoint stays the fallback.
+
+Not yet: sharded state (``checkpoint.format: sharded``, FSDP): such a run says so in one line and
+takes no memory snapshots (the keeper's docstring has the design).
+"""
+
+from __future__ import annotations
+
+import io
+import queue
+import threading
+from pathlib import Path
+from typing import IO, Any, Iterator, Optional, cast
+
+import torch
+
+import neural_arch.distributed as nd
+from neural_arch.distributed.checkpoint.background import staged_copy
+from neural_arch.distributed.checkpoint.keeper_file import keeper_address
+from neural_arch.distributed.checkpoint.keeper_protocol import CHUNK, KeeperClient, KeeperError
+from neural_arch.distributed.checkpoint.layout import step_dirs
+from neural_arch.distributed.checkpoint.staging_room import StagingRoom, copy_bytes
+from neural_arch.distributed.checkpoint.untrusted import safe_torch_load
+from neural_arch.distributed.launcher.channel import PROGRESS, tell
+from neural_arch.training.callbacks import Callback, FinishEvent, StepEvent
+from neural_arch.training.components import TrainingComponents
+
+REPLICATED_PART = 0
+"""A replicated (DDP) state is one part, rank 0's: every rank's copy is the same (RNGs gathered)."""
+
+
+class MemorySnapshots(Callback):
+    """Pushes the training state to the keeper every ``every`` steps; restores a run from it."""
+
+    def __init__(self, client: KeeperClient, every: int, room: Optional[StagingRoom] = None) -> None:
+        if every < 1:
+            raise ValueError(f"MemorySnapshots: every must be at least 1, not {every}")
+        self.client, self.every = client, every
+        self.room = room if room is not None else StagingRoom()
+        self.components: Optional[TrainingComponents] = None
+        self.pushed: list[int] = []
+        """Steps this rank pushed and the keeper accepted (rank 0: every due step that had room)."""
+        self.restored: Optional[int] = None
+        """The step this run resumed from out of the keeper's memory (None: it did not)."""
+        self._thread: Optional[threading.Thread] = None
+        self._said: set[str] = set()
+
+    @classmethod
+    def for_worker(cls, every: int) -> Optional[MemorySnapshots]:
+        """Snapshots to the keeper this worker's launcher agent named (keeper_file.py); None without one."""
+        address = keeper_address()
+        return None if address is None else cls(KeeperClient(address), every)
+
+    @classmethod
+    def for_run(cls, every: int) -> list[Callback]:
+        """The trainer's (``checkpoint.memory_every``): ``[MemorySnapshots]`` where this worker's
+        launcher runs a keeper, else ``[]`` with one note from rank 0 (e.g. a worker of torchrun's)."""
+        snapshots = cls.for_worker(every) if every > 0 else None
+        if every > 0 and snapshots is None and nd.detect_cluster_env().rank == 0:
+            print(
+                f"note: checkpoint.memory_every={every}, but no snapshot keeper was found (only neural-arch's "
+                "launcher runs one: `neural-arch train --nproc-per-node N` or `neural-arch launch`); "
+                "no memory snapshots, a restart resumes from disk",
+                flush=True,
+            )
+        return [] if snapshots is None else [snapshots]
+
+    def restore_training(self, components: TrainingComponents, allowed: bool = True) -> Optional[int]:
+        """Restore the keeper's newest complete step into ``components`` (every rank; collective);
+        the step, or None when the keeper holds none (the run then resumes from disk or anew).
+        ``allowed=False`` (``--resume`` none or a path): snapshot from now on, restore nothing."""
+        self.components = components
+        if not allowed:
+            return None
+        step = cast(Optional[int], nd.all_gather_object(self._newest(components) if nd.get_rank() == 0 else None)[0])
+        if step is None:  # rank 0's answer: every rank restores the same step, or none does
+            return None
+        where = f"memory snapshot step {step} at {self.client.address.where}"
+        data, why = bytearray(), None
+        try:
+            data = self.client.get(step, REPLICATED_PART)
+        except KeeperError as exc:
+            why = str(exc)
+        failed = next((w for w in nd.all_gather_object(why) if w is not None), None)
+        if failed is not None:  # every rank goes to the disk together, or none does
+            self._say("resume", f"no memory snapshot to resume from ({failed}); resuming from disk")
+            return None
+        state = safe_torch_load(_Reader(data), where=where)  # type: ignore[arg-type]
+        del data
+        components.restore(state, components.cfg.run.seed)
+        if nd.get_rank() == 0:
+            print(f"resuming from step {step} of {components.cfg.training.steps} ({where})", flush=True)
+        self.restored = step
+        return self.restored
+
+    def _newest(self, components: TrainingComponents) -> Optional[int]:
+        """The keeper's newest complete step, unless a disk checkpoint is newer (the disk resume
+        then takes it: fewer steps to recompute) or the keeper cannot be reached (said in one line)."""
+        try:
+            newest = self.client.newest()
+        except KeeperError as exc:
+            self._say("resume", f"no memory snapshot to resume from ({exc}); resuming from disk")
+            return None
+        on_disk = step_dirs(Path(components.cfg.run.dir) / "checkpoints")  # names only: the disk resume verifies
+        return None if newest is None or (on_disk and on_disk[-1][0] > newest) else newest
+
+    def on_step(self, event: StepEvent) -> None:
+        if event.step % self.every == 0 and event.step < event.steps and self.components is not None:
+            self.push(self.components)
+
+    def on_finish(self, event: FinishEvent) -> None:
+        self.wait()
+
+    def push(self, components: TrainingComponents) -> None:
+        """Snapshot ``components`` now (every rank; collective) and send it behind training."""
+        self.wait()  # one push in flight: the keeper's footprint counts on it
+        if components.sharded_checkpoints:
+            self._say(
+                "sharded",
+                "memory snapshots of sharded state (checkpoint.format: sharded) are not built yet; none taken",
+            )
+            return
+        state = components.checkpoint_state()  # collective: every rank's RNG
+        host, device = copy_bytes(state) if nd.get_rank() == 0 else (0, 0)
+        reasons = nd.all_gather_object(self.room.shortfall(host, device))
+        short = next((f"on rank {r} {why}" for r, why in enumerate(reasons) if why is not None), None)
+        if short is not None:
+            self._say("room", f"memory snapshot of step {components.step} skipped: {short}; later ones try again")
+            return
+        if nd.get_rank() != 0:
+            return
+        staged, step = staged_copy(state), components.step
+        del state
+        self._thread = threading.Thread(target=self._send, args=(step, staged), name=f"snapshot-{step}", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Until the push in flight has been answered (this rank only: no collective)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _send(self, step: int, staged: object) -> None:
+        try:
+            self.client.put(step, REPLICATED_PART, 1, _serialized(staged))
+            self.pushed.append(step)
+            tell(PROGRESS, f"step {step} in memory")  # progress for the launcher's restart policy, as a save is
+        except (KeeperError, OSError) as exc:
+            self._say(
+                "push", f"memory snapshot of step {step} not kept ({exc}); the disk checkpoint stays the fallback"
+            )
+
+    def _say(self, kind: str, line: str) -> None:
+        """``line`` from rank 0, the first time a message of ``kind`` comes up in this run (every
+        choice here is agreed or rank 0's own: it pushes, and it asks the keeper first)."""
+        if kind not in self._said and nd.get_rank() == 0:
+            self._said.add(kind)
+            print(f"note: {line}", flush=True)
+
+
+class _Reader(io.RawIOBase):
+    """A seekable reader over the fetched bytes without copying them (``io.BytesIO`` of a
+    ``bytearray`` copies it: the whole snapshot once more, for nothing)."""
+
+    def __init__(self, data: bytearray) -> None:
+        self.view, self.at = memoryview(data), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, into: Any) -> int:
+        n = min(len(into), len(self.view) - self.at)
+        into[:n] = self.view[self.at : self.at + n]
+        self.at += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.at = offset + (0, self.at, len(self.view))[whence]
+        return self.at
+
+    def tell(self) -> int:
+        return self.at
+
+
+def _serialized(state: object) -> Iterator[bytes]:
+    """``torch.save(state)`` in frames of ``CHUNK`` bytes, made as the connection takes them (a
+    thread serializes into a queue of two), so no serialized whole is ever held; a consumer that
+    stops early (the connection broke) stops the serializer too."""
+    frames: queue.Queue[Optional[bytes]] = queue.Queue(maxsize=2)
+    failed: list[BaseException] = []
+    stopped = threading.Event()
+
+    class _Frames(io.RawIOBase):
+        def __init__(self) -> None:
+            self.buffer = bytearray()
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data: object) -> int:
+            if stopped.is_set():
+                raise OSError("the snapshot's connection closed")
+            view = memoryview(data).cast("B")  # type: ignore[arg-type]
+            self.buffer += view
+            while len(self.buffer) >= CHUNK:
+                frames.put(bytes(self.buffer[:CHUNK]))
+                del self.buffer[:CHUNK]
+            return len(view)
+
+    def produce() -> None:
+        try:
+            out = _Frames()
+            torch.save(state, cast(IO[bytes], out))
+            frames.put(bytes(out.buffer))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+            failed.append(exc)
+        finally:
+            frames.put(None)
+
+    threading.Thread(target=produce, name="snapshot-serialize", daemon=True).start()
+    try:
+        while (frame := frames.get()) is not None:
+            yield frame
+    finally:
+        stopped.set()
+        while frame is not None:  # unblock the serializer, which then stops at its next write
+            frame = frames.get()
+    if failed:
+        raise failed[0]

@@ -1,0 +1,103 @@
+"""SnapshotKeeper (memory_keeper.py) over real sockets: what it holds, serves, refuses.
+
+Run: ``.venv/bin/python -m pytest tests/distributed/checkpoint/test_memory_keeper.py -q`` (one
+process, a keeper thread on 127.0.0.1; under 2 s).
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from neural_arch.distributed.checkpoint.keeper_file import keeper_address, write_keeper_file
+from neural_arch.distributed.checkpoint.keeper_protocol import CHUNK, KeeperAddress, KeeperClient, KeeperError
+from neural_arch.distributed.checkpoint.memory_keeper import SnapshotKeeper
+from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken
+
+TOKEN = JobToken("job-a", "the test")
+
+
+@pytest.fixture
+def keeper():
+    with SnapshotKeeper(TOKEN, capacity=3 * CHUNK) as k:
+        yield k
+
+
+def frames_of(data: bytes) -> list[bytes]:
+    return [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)]
+
+
+def test_a_step_is_served_once_every_part_arrived(keeper):
+    client = KeeperClient(keeper.address)
+    big = bytes(range(256)) * (CHUNK // 256) + b"tail"  # two frames
+    client.put(4, 1, 2, frames_of(b"part one"))
+    assert client.newest() is None  # part 0 missing: nothing complete
+    with pytest.raises(KeeperError, match="not held complete"):
+        client.get(4, 1)
+    client.put(4, 0, 2, frames_of(big))
+    assert client.newest() == keeper.newest == 4
+    assert client.get(4, 0) == big and client.get(4, 1) == b"part one"
+    assert keeper.held_bytes == len(big) + len(b"part one")
+
+
+def test_a_newer_complete_step_replaces_the_old_and_stale_pushes_are_refused(keeper):
+    client = KeeperClient(keeper.address)
+    client.put(3, 0, 1, [b"three"])
+    client.put(9, 0, 2, [b"nine, of an attempt that died"])  # pending, never completed
+    client.put(6, 0, 1, [b"six"])  # drops the pending step 9: a step's parts come from one attempt
+    assert client.newest() == 6 and client.get(6, 0) == b"six" and keeper.held_bytes == 3
+    with pytest.raises(KeeperError, match="step 3 is not newer than the complete step 6"):
+        client.put(3, 0, 1, [b"again"])
+    with pytest.raises(KeeperError, match="part 2 of 2"):
+        client.put(12, 2, 2, [b"x"])
+
+
+def test_a_push_over_capacity_is_refused_and_the_complete_step_stays(keeper):
+    client = KeeperClient(keeper.address)
+    client.put(3, 0, 1, [b"3" * CHUNK])
+    with pytest.raises(KeeperError, match=f"exceed the keeper's capacity of {3 * CHUNK} bytes"):
+        client.put(6, 0, 1, [b"6" * CHUNK] * 3)
+    assert client.newest() == 3 and client.get(3, 0) == b"3" * CHUNK
+    assert keeper.held_bytes == CHUNK  # the refused push's frames were dropped as they came
+    client.put(6, 0, 1, [b"6" * CHUNK] * 2)  # fits beside step 3 while it arrives
+    assert client.newest() == 6 and keeper.held_bytes == 2 * CHUNK
+
+
+def test_another_jobs_token_gets_nothing(keeper):
+    KeeperClient(keeper.address).put(3, 0, 1, [b"secret state"])
+    other = KeeperClient(KeeperAddress(keeper.address.host, keeper.address.port, JobToken("job-b", "the test")))
+    with pytest.raises(ForeignJobError):
+        other.get(3, 0)
+    with pytest.raises(ForeignJobError):
+        other.put(6, 0, 1, [b"forged"])
+    assert keeper.newest == 3
+
+
+def test_a_peer_that_sends_garbage_is_dropped_and_the_keeper_serves_on(keeper):
+    with socket.create_connection((keeper.address.host, keeper.address.port), timeout=5) as sock:
+        sock.sendall(b"GET / HTTP/1.0\r\n\r\n" * 10)
+        sock.recv(4096)  # the handshake's hello; our answer is no proof
+    client = KeeperClient(keeper.address)
+    client.put(3, 0, 1, [b"ok"])
+    assert client.get(3, 0) == b"ok"
+
+
+def test_an_unreachable_keeper_is_one_line():
+    with SnapshotKeeper(TOKEN, capacity=1) as gone:
+        address = gone.address
+    with pytest.raises(KeeperError, match=f"cannot reach the snapshot keeper at {address.where}"):
+        KeeperClient(address).newest()
+
+
+def test_a_worker_finds_the_keeper_by_the_file_in_its_folder(keeper, tmp_path, monkeypatch):
+    folder = tmp_path / "attempt_0" / "1"
+    path = write_keeper_file(folder, keeper.address)
+    assert path.stat().st_mode & 0o777 == 0o600  # it holds the job token
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(folder / "error.json"))
+    found = keeper_address()
+    assert found is not None and (found.host, found.port) == (keeper.address.host, keeper.address.port)
+    KeeperClient(found).put(3, 0, 1, [b"found"])  # its token is the keeper's
+    assert keeper.newest == 3
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "elsewhere" / "error.json"))
+    assert keeper_address() is None  # a worker of another launcher: no file, no snapshots
