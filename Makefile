@@ -30,11 +30,8 @@ dev: $(DEV_STAMP)
 run: $(STAMP)
 	$(PY) -m neural_arch.cli train --config icenet --create-data
 
-# Two pytest workers (pytest-xdist): most of the suite's wall time is waiting (timeouts, keep-alives,
-# partitions, daemons), so two at once roughly halve it on a 2-core machine; tests sharing machine-wide
-# state (the local SLURM, a Ray cluster) run on one worker in turn (tests/conftest.py groups them).
 test: $(DEV_STAMP)
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest
 
 # The edit-run loop: in-process tests only (no spawned ranks, CLI runs or builds), under a minute.
 test-fast: $(DEV_STAMP)

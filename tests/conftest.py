@@ -27,26 +27,3 @@ def clean_distributed_state():
         dist.destroy_process_group()
     os.environ.clear()
     os.environ.update(saved)
-
-
-# `make test` runs two pytest workers (pytest-xdist, `--dist loadgroup`): most of the suite's wall time
-# is spent waiting (timeouts, keep-alives, partitions, daemons), not computing. Tests that share
-# machine-wide state run on one worker, one at a time: the local SLURM daemons and their state
-# directory (tests/helpers/clusters.py, and the docs pages, one of which submits SLURM jobs), and a
-# local Ray cluster. A module joins a group by what it uses, so a new SLURM or Ray test needs no list.
-_SHARED = (("local_slurm", "slurm"), ("tests.helpers.ray_runs", "ray"), ("import ray", "ray"))
-
-
-def _group_of(path) -> str | None:
-    text = path.read_text(encoding="utf-8")
-    return next((group for needle, group in _SHARED if needle in text), None)
-
-
-def pytest_collection_modifyitems(config, items):
-    groups: dict = {}
-    for item in items:
-        path = item.path
-        if path not in groups:
-            groups[path] = _group_of(path)
-        if groups[path] is not None:
-            item.add_marker(pytest.mark.xdist_group(groups[path]))
