@@ -80,7 +80,7 @@ def absent_peers(record: FailureRecord) -> dict[int, str]:
         return {}
     found = {}
     for item in re.split(r", (?=rank \d+ \()", text.split(DID_NOT_ARRIVE, 1)[1]):
-        match = re.match(r"rank (\d+) \((.*)\)(?: on \S+)?$", item.strip())
+        match = re.match(r"rank (\d+) \(([^()]*)\)", item.strip())
         if match:
             found[int(match[1])] = match[2]
     return found
@@ -88,8 +88,12 @@ def absent_peers(record: FailureRecord) -> dict[int, str]:
 
 def causes(records: Sequence[FailureRecord]) -> list[FailureRecord]:
     """``records`` ordered: causes first by time, then collateral failures by time (rank breaks
-    ties); a rank another one's timeout names as absent counts as a cause."""
-    absent = {rank for r in records if is_collateral(r) for rank in absent_peers(r)}
+    ties); a rank the first timeout names as absent counts as a cause. Only the first: a stopped rank
+    woken to write its stacks may time out too, naming the survivor that has left meanwhile."""
+    named = sorted(
+        (r for r in records if is_collateral(r) and absent_peers(r)), key=lambda r: (failure_time(r), r.rank)
+    )
+    absent = set(absent_peers(named[0])) if named else set()
     return sorted(records, key=lambda r: (is_collateral(r) and r.rank not in absent, failure_time(r), r.rank))
 
 
@@ -103,17 +107,19 @@ def cause_text(ordered: Sequence[FailureRecord]) -> str:
             why = absent_peers(other).get(first.rank)
             if why is not None:
                 waited = diagnosis(other).split(DID_NOT_ARRIVE, 1)[0]
+                waited = waited[waited.find("rank ") :] if "rank " in waited else waited  # no exception type
                 return f"did not arrive ({why}): {_clip(waited, 160)} waiting for it; then {_own_end(first)}"
     return how(first)
 
 
 def _own_end(record: FailureRecord) -> str:
-    """How a collateral failure ended, briefly: its peer error, or the signal or exit code."""
+    """How a collateral failure ended, briefly: the launcher's signal (a woken rank may raise first,
+    into the closed group: that is not news), else its peer error, else its exit code."""
     raised = exception_line(record)
-    if raised:
-        return f"raised {raised.split(':', 1)[0]}: {peer_marker(raised) or _clip(raised, 80)}"
-    end = f"killed by signal {record.signal}" if record.signal else f"exited with code {record.exitcode}"
-    return end + (" (stopped by the launcher)" if record.stopped_by_launcher else "")
+    if record.signal or not raised:
+        end = f"killed by signal {record.signal}" if record.signal else f"exited with code {record.exitcode}"
+        return end + (" (stopped by the launcher)" if record.stopped_by_launcher else "")
+    return f"raised {raised.split(':', 1)[0]}: {peer_marker(raised) or _clip(raised, 80)}"
 
 
 def alike(records: Sequence[FailureRecord]) -> bool:

@@ -50,5 +50,10 @@ def test_several_absent_ranks_and_our_collectives_own_message_are_read():
     line += "collective calls; now in barrier) on a, rank 2 (never reported)"
     own = record(0, f"neural_arch.distributed.runtime.calls.CollectiveFailed: {line}")  # no separate diagnosis
     assert absent_peers(own) == {1: "entered only 2 collective calls; now in barrier", 2: "never reported"}
+    woken = "CollectiveFailed: rank 1 failed in collective call #1; did not arrive: rank 0 (left the process group)"
+    woken += f" on vm ({CLOSED})"
+    late = record(1, woken, at=104.0)  # the stopped rank, woken for its stacks, names the survivor that left
+    assert absent_peers(late) == {0: "left the process group"}
+    assert [r.rank for r in causes([own, late])] == [1, 0]  # the first timeout's word counts
     assert absent_peers(record(0, TIMEOUT)) == {}  # no diagnosis: nobody named, the old order holds
     assert [r.rank for r in causes([record(0, TIMEOUT), record(1, signal="SIGKILL", at=103.0, stopped=True)])] == [0, 1]
