@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from neural_arch.cli.usage import command_parser, run_reporting
+from neural_arch.distributed.launcher.nproc import nproc_spelling
 from neural_arch.training.typed_config import ConfigError
 
 if TYPE_CHECKING:  # imported lazily at run time, so `--help` and usage errors stay fast
@@ -65,17 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-NPROC_WORDS = ("cpu", "gpu", "auto")
-"""``--nproc-per-node`` values counted from the machine's devices, by the launcher's own rule."""
-
-
 def nproc_value(text: str) -> int:
     """``--nproc-per-node``'s value as a count: N, or a device word by the launcher's rule
     (``parse_nproc``, which imports torch: a mistyped count is refused without it)."""
-    if text not in NPROC_WORDS:
-        if text.isdigit() and int(text) >= 1:
-            return int(text)
-        raise argparse.ArgumentTypeError(f"nproc_per_node={text!r} must be a positive integer, 'cpu', 'gpu' or 'auto'")
+    try:
+        spelled = nproc_spelling(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if isinstance(spelled, int):
+        return spelled
     from neural_arch.distributed.launcher.config import parse_nproc
 
     try:

@@ -29,6 +29,8 @@ CASES += [
     ["generate"],
     ["launch", "--no-such-option", "script.py"],
     ["launch"],  # no script
+    ["launch", "--nproc-per-node", "x", "script.py"],  # counting auto/gpu needs torch; a bad spelling does not
+    ["launch", "--nproc_per_node=0", "script.py"],
 ]
 
 PROBE = """

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -26,12 +25,10 @@ def test_second_job_on_a_run_dir_exits_2_naming_the_holder_and_a_killed_holder_f
     try:
         wait_for_rows(run, 2, first)
         for nproc in ("1", "2"):  # in the process itself; before a launcher starts any worker
-            tick = time.monotonic()
             second = cli("train", *LONG, "--set", f"run.dir={run}", "--nproc-per-node", nproc)
             assert second.returncode == 2, second.stdout + second.stderr
             lines = second.stderr.strip().splitlines()
             assert len(lines) == 1 and f"pid {first.pid} on" in lines[0] and str(run) in lines[0], second.stderr
-            assert time.monotonic() - tick < 60
         # Workers started by our launcher directly (as torchrun would): exit 2, and no restart.
         script = os.path.join(os.path.dirname(sys.modules["neural_arch"].__file__), "cli", "train.py")
         launched = subprocess.run(

@@ -21,6 +21,7 @@ import argparse
 import difflib
 from typing import Mapping, NoReturn, Optional, Sequence
 
+from neural_arch.distributed.launcher.nproc import nproc_spelling
 from neural_arch.distributed.launcher.options import add_options
 from neural_arch.utils.docs_site import docs_pointer
 
@@ -220,7 +221,25 @@ def parse_launch_args(
     fixed = [_canonical(token, known) for token in ours]
     ns = parser.parse_args(fixed + ["--", script])
     ns.script_args = script_args
+    _check_nproc(ns.nproc_per_node, given=any(_dest(token, known) == "nproc_per_node" for token in fixed))
     return ns
+
+
+def _dest(token: str, known: dict[str, argparse.Action]) -> str:
+    action = known.get(token.split("=", 1)[0])
+    return action.dest if action is not None else ""
+
+
+def _check_nproc(value: str, given: bool) -> None:
+    """Refuse a mistyped worker count here, by its spelling: counting ``auto``/``gpu`` needs torch
+    (``config.parse_nproc``), which a usage error must not import. ``given``: on the command line,
+    else it came from torchrun's variable."""
+    from neural_arch.distributed.env.torchrun_options import PREFIX
+
+    try:
+        nproc_spelling(value, "--nproc-per-node" if given else f"{PREFIX}NPROC_PER_NODE")
+    except ValueError as exc:
+        raise LaunchUsageError(str(exc)) from None
 
 
 def _canonical(token: str, known: dict[str, argparse.Action]) -> str:

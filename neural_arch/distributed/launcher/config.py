@@ -16,6 +16,7 @@ import torch
 
 from neural_arch.distributed.launcher import cpu_bind
 from neural_arch.distributed.launcher import torchrun_compat as compat
+from neural_arch.distributed.launcher.nproc import nproc_spelling
 
 
 @dataclass
@@ -159,20 +160,14 @@ def parse_nnodes(value: Union[int, str]) -> tuple[int, int]:
 def parse_nproc(value: Union[int, str]) -> int:
     """Workers per node: a positive int, ``"cpu"`` (CPU cores), ``"gpu"`` (GPUs) or ``"auto"``
     (GPUs, else CPU cores), as torchrun."""
-    text = str(value)
-    if text == "gpu" and not torch.cuda.is_available():
+    spelled = nproc_spelling(value)
+    if isinstance(spelled, int):
+        return spelled
+    if spelled == "gpu" and not torch.cuda.is_available():
         raise ValueError("nproc_per_node='gpu' but this machine has no usable CUDA GPU; use an int or 'cpu'.")
-    if text in ("auto", "gpu") and torch.cuda.is_available():
+    if torch.cuda.is_available():  # auto or gpu
         return torch.cuda.device_count()
-    if text in ("auto", "cpu"):
-        return os.cpu_count() or 1
-    try:
-        count = int(value)
-    except ValueError:
-        raise ValueError(f"nproc_per_node={value!r} must be a positive integer, 'cpu', 'gpu' or 'auto'.") from None
-    if count < 1:
-        raise ValueError(f"nproc_per_node={value!r} must be >= 1.")
-    return count
+    return os.cpu_count() or 1  # auto or cpu
 
 
 def config_from_args(ns: argparse.Namespace) -> LaunchConfig:

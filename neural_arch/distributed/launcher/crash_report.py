@@ -70,7 +70,7 @@ def report_failure(exc: BaseException, shown: Optional[ShownTracebacks]) -> None
     if hint:
         print(f"neural_arch: {hint}", file=sys.stderr, flush=True)
     if os.environ.get("TORCHELASTIC_ERROR_FILE"):
-        write_error_file(exc, text, os.environ["TORCHELASTIC_ERROR_FILE"])
+        write_error_file(exc, text, os.environ["TORCHELASTIC_ERROR_FILE"], hint)
     if "torch.distributed" in sys.modules:  # else the script cannot have joined a process group
         from neural_arch.distributed.runtime.process_group import abandon_process_group
 
@@ -125,18 +125,17 @@ def _is_timeout(exc: BaseException) -> bool:
     return "timed out" in text or "timeout" in text
 
 
-def write_error_file(exc: BaseException, text: str, path: str) -> None:
+def write_error_file(exc: BaseException, text: str, path: str, diagnosis: Optional[str] = None) -> None:
     """Record ``exc`` with its traceback ``text`` in torch elastic's error-file format (what its
-    ``ErrorHandler.record_exception`` writes), whole or not at all: the launcher SIGTERMs the
-    other ranks when one fails, and a file cut off mid-write would make torch's agent crash
-    on it (JSONDecodeError) instead of restarting the job."""
-    data = {
-        "message": {
-            "message": f"{type(exc).__name__}: {exc}",
-            # failed_at: to the millisecond, for the summary's "first to fail" (torch reads timestamp as an int)
-            "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time())), "failed_at": f"{time.time():.3f}"},
-        }
-    }
+    ``ErrorHandler.record_exception`` writes) with a timeout's ``diagnosis`` (who did not
+    arrive, which the launcher then names as the cause: ``blame.py``), whole or not at all: the
+    launcher SIGTERMs the other ranks when one fails, and a file cut off mid-write would make
+    torch's agent crash on it (JSONDecodeError) instead of restarting the job."""
+    # failed_at: to the millisecond, for the summary's "first to fail" (torch reads timestamp as an int)
+    info = {"py_callstack": text, "timestamp": str(int(time.time())), "failed_at": f"{time.time():.3f}"}
+    if diagnosis:
+        info["diagnosis"] = diagnosis
+    data = {"message": {"message": f"{type(exc).__name__}: {exc}", "extraInfo": info}}
     partial = path + ".partial"
     with open(partial, "w") as f:
         json.dump(data, f)

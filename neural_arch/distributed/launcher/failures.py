@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from neural_arch.distributed.launcher.blame import alike, causes, exception_line, how, is_collateral
+from neural_arch.distributed.launcher.blame import alike, cause_text, causes, exception_line, how, is_collateral
 from neural_arch.distributed.launcher.log_format import attempt_lines, log_path
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import is_usage_error, peer_marker, recorded_traceback
@@ -93,7 +93,7 @@ def _root_cause(ordered: Sequence[FailureRecord]) -> str:
     head = f"  root cause: attempt {first.attempt}"
     if alike(same) and not is_collateral(first):
         return f"{head}, every rank alike ({who([(r.rank, r.attempt) for r in same])}): {how(first)}"
-    return f"{head}, rank {first.rank} (local rank {first.local_rank}, pid {first.pid}): {how(first)}"
+    return f"{head}, rank {first.rank} (local rank {first.local_rank}, pid {first.pid}): {cause_text(ordered)}"
 
 
 def usage_error_line(records: Sequence[FailureRecord], log_dir: Optional[Path]) -> Optional[str]:

@@ -22,7 +22,7 @@ Model files hold no distributed code. Built on torch's engines only (``fully_sha
 DTensor ``parallelize_module``, ``torch.distributed.pipelining``, ``torch.utils.checkpoint``).
 """
 
-import importlib
+from neural_arch.utils.lazy_exports import lazy_getattr
 
 _WHERE = {
     **dict.fromkeys(("apply_activation_checkpointing",), "activation"),
@@ -49,13 +49,7 @@ _WHERE = {
 plain data-parallel path then never loads DTensor and pipelining (with torch._dynamo and sympy:
 seconds per process at start-up)."""
 
-
-def __getattr__(name: str) -> object:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_getattr(__name__, _WHERE, globals())
 
 
 __all__ = [

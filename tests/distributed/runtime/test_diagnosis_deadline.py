@@ -55,11 +55,8 @@ def test_within_returns_raises_and_times_out():
 @pytest.mark.timeout(60)
 def test_diagnosis_of_a_timeout_ends_when_the_store_does_not_answer(cut_off):
     # Was: report_failure -> describe_stragglers -> read_beats -> store.check, blocked for ever.
-    start = time.monotonic()
-    line = heartbeat.describe_stragglers()
-    took = time.monotonic() - start
+    line = heartbeat.describe_stragglers()  # a hang fails by the test's timeout; no verdict on seconds
     assert line is not None and "the job's store did not answer within 5 s" in line, line
     assert "rank 1 timed out in collective #7" in line and "\n" not in line
-    assert took < heartbeat.READ_DEADLINE + 30, took  # bounded: the deadline plus a busy machine's slack
     assert heartbeat.peers_stopped() is None  # the teardown hint's reads are bounded too
     assert heartbeat.describe_peers() == "their state is unreadable"
