@@ -26,5 +26,5 @@ def nproc_spelling(value: Union[int, str], name: str = "nproc_per_node") -> Unio
     except ValueError:
         raise ValueError(f"{name}={value!r} must be a positive integer, 'cpu', 'gpu' or 'auto'.") from None
     if count < 1:
-        raise ValueError(f"{name}={value!r} must be >= 1.")
+        raise ValueError(f"{name}={value!r} must be a positive integer (>= 1), 'cpu', 'gpu' or 'auto'.")
     return count
