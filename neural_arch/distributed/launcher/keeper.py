@@ -2,7 +2,7 @@
 
 Use (``launch.py`` does, around the agent's run)::
 
-    with node_keeper(token) as address:                     # a SnapshotKeeper thread on 127.0.0.1
+    with node_keeper() as address:                          # a SnapshotKeeper thread on 127.0.0.1
         agent = RobustElasticAgent(..., keeper=address)     # leaves the keeper file in each worker's folder
 
 Why in the launcher: a failure restarts every worker of the node (torch elastic), so a copy held in
@@ -15,8 +15,8 @@ How the workers find it: the agent writes ``neural_arch.keeper`` (0600: host, po
 ``checkpoint/keeper_file.py``) into the folder torch elastic makes for each worker of each attempt
 (that of its ``TORCHELASTIC_ERROR_FILE``), as torch makes the folder and before the worker
 starts. No environment variable carries it; a worker of torchrun's finds no file, takes no
-snapshots. Authentication: the job's token where it has one (multi-node jobs), else a random
-one made here for the keeper alone.
+snapshots. Authentication: a random token made here for the keeper alone, never the job's token
+(docs/security.md: the job token is stored nowhere, and the keeper file is a file).
 
 Bounded memory: the keeper holds at most ``capacity`` bytes (the newest complete step plus one
 arriving): ``KEEPER_SHARE`` of the host memory free to this launcher when the job starts
@@ -53,10 +53,9 @@ def keeper_capacity(room: Optional[StagingRoom] = None) -> int:
 
 
 @contextlib.contextmanager
-def node_keeper(token: Optional[JobToken], capacity: Optional[int] = None) -> Iterator[KeeperAddress]:
+def node_keeper(capacity: Optional[int] = None) -> Iterator[KeeperAddress]:
     """A keeper listening on loopback for this node's workers while the block runs; its address."""
-    if token is None:  # one node: no job token to prove, so one made for the keeper alone
-        token = JobToken(secrets.token_hex(16), "the launcher's snapshot keeper")
+    token = JobToken(secrets.token_hex(16), "the launcher's snapshot keeper")  # its own: see the docstring
     with SnapshotKeeper(token, keeper_capacity() if capacity is None else capacity) as keeper:
         yield keeper.address
 

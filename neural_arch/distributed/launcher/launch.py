@@ -122,7 +122,7 @@ class DistributedLauncher:
             ScratchDir() as scratch,
             torch_elastic_logs(c.verbose),
             quiet_store_warnings(c.verbose),
-            node_keeper(self._token) as keeper,  # the workers' memory snapshots outlive them (keeper.py)
+            node_keeper() as keeper,  # the workers' memory snapshots outlive them (keeper.py)
         ):
             log_dir = Path(c.log_dir) if c.log_dir else scratch / "logs"
             clear_progress_markers(log_dir)  # an earlier job's, e.g. one whose launcher was killed

@@ -7,6 +7,7 @@ Run: ``.venv/bin/python -m pytest tests/distributed/launcher/test_job_token.py -
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import socket
 import stat
@@ -28,6 +29,7 @@ from neural_arch.distributed.launcher.job_token import (
     resolve_job_token,
     respond,
 )
+from neural_arch.distributed.launcher.keeper import node_keeper
 from neural_arch.distributed.launcher.listen import LOOPBACK, client_store, serving_store
 from tests.helpers.proc_tree import listening
 
@@ -183,9 +185,14 @@ def test_the_token_never_crosses_the_network_and_only_the_hmac_reads_it():
         if ".value" in line and "token" in line
     ]
     assert readers == [
+        # the snapshot keeper's own random token (launcher/keeper.py makes it; never the job's) in its 0600 file
+        "distributed/checkpoint/keeper_file.py: "
+        'text = json.dumps({"host": address.host, "port": address.port, "token": address.token.value})',
         "distributed/launcher/job_token.py: "
-        "return hmac.new(token.value.encode(), role + host_nonce + node_nonce, hashlib.sha256).digest()"
+        "return hmac.new(token.value.encode(), role + host_nonce + node_nonce, hashlib.sha256).digest()",
     ]
+    # ... and the launcher gives the keeper no job token to write there: node_keeper takes none.
+    assert "token" not in inspect.signature(node_keeper).parameters
 
 
 def test_a_command_line_is_readable_by_every_user_and_the_environment_by_its_owner_only():

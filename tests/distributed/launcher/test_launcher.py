@@ -176,7 +176,7 @@ def test_rank0_only_console(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--nproc_per_node=zero", PROBE], "nproc_per_node='zero'"),
+        (["--nproc_per_node=zero", PROBE], "nproc-per-node='zero' must be a positive integer"),
         (["--nnodes=3:1", PROBE], "nnodes='3:1'"),
         (["--nnodes=2", "--master_port=0", PROBE], "port 0 (a free port) works on one node only"),
         (["--bogus=1", PROBE], "unknown launcher option '--bogus=1'"),
