@@ -58,10 +58,14 @@ def test_rank0_names_the_rank_and_the_call_it_skipped(tmp_path):
         env=dict(os.environ, PYTHONUNBUFFERED="1", TORCH_FR_BUFFER_SIZE="0"),
     )
     assert proc.returncode != 0
+    # The launcher's root cause is the rank that skipped, from rank 0's diagnosis (launcher/blame.py);
+    # rank 0's own timeout is its consequence.
+    out = proc.stdout + proc.stderr
     assert (
-        "CollectiveFailed: rank 0 timed out in collective call #3 (all_reduce); did not arrive: rank 1 "
-        "(entered only 2 collective calls; "
-    ) in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        "root cause: attempt 0, rank 1 (local rank 1, pid " in out
+        and "did not arrive (entered only 2 collective calls; " in out
+        and "rank 0 timed out in collective call #3 (all_reduce) waiting for it" in out
+    ), out
 
 
 def _skip_then(rank: int, world_size: int, rank0_stays: bool) -> str:
