@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -121,10 +121,19 @@ class TrainingComponents:
         self.optimizer.zero_grad(set_to_none=True)
         self.optimizer.state.clear()
 
-    def restore(self, state: dict[str, Any], seed: int, step_dir: Optional[Path] = None) -> None:
+    def restore(
+        self,
+        state: dict[str, Any],
+        seed: int,
+        step_dir: Optional[Path] = None,
+        fill: Optional[Callable[[dict[str, Any]], None]] = None,
+    ) -> None:
         """Continue from ``checkpoint_state()`` of a run on any number of ranks (``step_dir``:
-        where it was read from, for a sharded checkpoint's shards)."""
-        if state.get("shards"):
+        where it was read from, for a sharded checkpoint's shards; ``fill``: instead, what copies
+        the shards into this layout's, e.g. a memory snapshot's)."""
+        if state.get("shards") and fill is not None:
+            self.placement.fill_shards(self.optimizer, fill)
+        elif state.get("shards"):
             assert step_dir is not None, "a sharded checkpoint needs its step directory"
             self.placement.load_shards(self.optimizer, step_dir)
         else:

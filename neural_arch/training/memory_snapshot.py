@@ -19,8 +19,11 @@ Where any rank lacks the room, nobody copies that step and rank 0 says so in one
 push the keeper refuses (too big, unreachable) is said in one line and training goes on: the
 disk checkpoint stays the fallback.
 
-Not yet: sharded state (``checkpoint.format: sharded``, FSDP): such a run says so in one line and
-takes no memory snapshots (the keeper's docstring has the design).
+Sharded state (``checkpoint.format: sharded``: FSDP, tensor and pipeline parallel): every rank
+pushes its own part (its shards as local tensors, ``snapshot_parts.py``, plus the small state)
+and restores its own part into the new layout's shards; exact on the same world size and mesh,
+which is what a restart inside one launcher gives. Any other layout is refused in one line and
+the run resumes from disk (DCP reshards).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import io
 import queue
 import threading
 from pathlib import Path
-from typing import IO, Any, Iterator, Optional, cast
+from typing import IO, Any, Callable, Iterator, Optional, cast
 
 import torch
 
@@ -43,6 +46,7 @@ from neural_arch.distributed.checkpoint.untrusted import safe_torch_load
 from neural_arch.distributed.launcher.channel import PROGRESS, tell
 from neural_arch.training.callbacks import Callback, FinishEvent, StepEvent
 from neural_arch.training.components import TrainingComponents
+from neural_arch.training.snapshot_parts import PartMismatch, fill_part, local_part
 
 REPLICATED_PART = 0
 """A replicated (DDP) state is one part, rank 0's: every rank's copy is the same (RNGs gathered)."""
@@ -97,16 +101,23 @@ class MemorySnapshots(Callback):
         where = f"memory snapshot step {step} at {self.client.address.where}"
         data, why = bytearray(), None
         try:
-            data = self.client.get(step, REPLICATED_PART)
+            data = self.client.get(step, nd.get_rank() if components.sharded_checkpoints else REPLICATED_PART)
         except KeeperError as exc:
-            why = str(exc)
-        failed = next((w for w in nd.all_gather_object(why) if w is not None), None)
+            why = f"rank {nd.get_rank()}: {exc}"
+        failed = _first(why)
         if failed is not None:  # every rank goes to the disk together, or none does
             self._say("resume", f"no memory snapshot to resume from ({failed}); resuming from disk")
             return None
         state = safe_torch_load(_Reader(data), where=where)  # type: ignore[arg-type]
         del data
-        components.restore(state, components.cfg.run.seed)
+        try:
+            if components.sharded_checkpoints:  # this rank's own shards, copied into the new layout's
+                components.restore(state["state"], components.cfg.run.seed, fill=_agreed_fill(state["shards"]))
+            else:
+                components.restore(state, components.cfg.run.seed)
+        except PartMismatch as exc:  # raised on every rank before anything was changed
+            self._say("resume", f"the memory snapshot does not fit this layout ({exc}); resuming from disk")
+            return None
         if nd.get_rank() == 0:
             print(f"resuming from step {step} of {components.cfg.training.steps} ({where})", flush=True)
         self.restored = step
@@ -133,24 +144,25 @@ class MemorySnapshots(Callback):
     def push(self, components: TrainingComponents) -> None:
         """Snapshot ``components`` now (every rank; collective) and send it behind training."""
         self.wait()  # one push in flight: the keeper's footprint counts on it
-        if components.sharded_checkpoints:
-            self._say(
-                "sharded",
-                "memory snapshots of sharded state (checkpoint.format: sharded) are not built yet; none taken",
-            )
-            return
-        state = components.checkpoint_state()  # collective: every rank's RNG
-        host, device = copy_bytes(state) if nd.get_rank() == 0 else (0, 0)
+        state: dict[str, Any] = components.checkpoint_state()  # collective: every rank's RNG
+        sharded = components.sharded_checkpoints
+        if sharded:  # every rank pushes its own shards (a collective: some DTensors are redistributed)
+            state = {"state": state, "shards": local_part(components.shard_state())}
+        pushes = sharded or nd.get_rank() == 0
+        host, device = copy_bytes(state) if pushes else (0, 0)
         reasons = nd.all_gather_object(self.room.shortfall(host, device))
         short = next((f"on rank {r} {why}" for r, why in enumerate(reasons) if why is not None), None)
         if short is not None:
             self._say("room", f"memory snapshot of step {components.step} skipped: {short}; later ones try again")
             return
-        if nd.get_rank() != 0:
+        if not pushes:
             return
         staged, step = staged_copy(state), components.step
         del state
-        self._thread = threading.Thread(target=self._send, args=(step, staged), name=f"snapshot-{step}", daemon=True)
+        part = (nd.get_rank(), nd.get_world_size()) if sharded else (REPLICATED_PART, 1)
+        self._thread = threading.Thread(
+            target=self._send, args=(step, part, staged), name=f"snapshot-{step}", daemon=True
+        )
         self._thread.start()
 
     def wait(self) -> None:
@@ -159,11 +171,12 @@ class MemorySnapshots(Callback):
             self._thread.join()
             self._thread = None
 
-    def _send(self, step: int, staged: object) -> None:
+    def _send(self, step: int, part: tuple[int, int], staged: object) -> None:
         try:
-            self.client.put(step, REPLICATED_PART, 1, _serialized(staged))
+            self.client.put(step, part[0], part[1], _serialized(staged))
             self.pushed.append(step)
-            tell(PROGRESS, f"step {step} in memory")  # progress for the launcher's restart policy, as a save is
+            if part[0] == 0:  # progress for the launcher's restart policy, as a save is
+                tell(PROGRESS, f"step {step} in memory")
         except (KeeperError, OSError) as exc:
             self._say(
                 "push", f"memory snapshot of step {step} not kept ({exc}); the disk checkpoint stays the fallback"
@@ -175,6 +188,30 @@ class MemorySnapshots(Callback):
         if kind not in self._said and nd.get_rank() == 0:
             self._said.add(kind)
             print(f"note: {line}", flush=True)
+
+
+def _first(why: Optional[str]) -> Optional[str]:
+    """The first rank's reason among every rank's (a collective), None when no rank has one."""
+    return next((cast(str, w) for w in nd.all_gather_object(why) if w is not None), None)
+
+
+def _agreed_fill(shards: Any) -> Callable[[Any], None]:
+    """What copies this rank's snapshot shards into the layout's, once every rank has checked
+    that its own fit (``PartMismatch`` on every rank, with the first rank's reason, where any
+    does not: nothing is copied anywhere then)."""
+
+    def fill(target: Any) -> None:
+        why = None
+        try:
+            fill_part(target, shards, copy=False)
+        except PartMismatch as exc:
+            why = f"rank {nd.get_rank()}: {exc}"
+        failed = _first(why)
+        if failed is not None:
+            raise PartMismatch(failed)
+        fill_part(target, shards)
+
+    return fill
 
 
 class _Reader(io.RawIOBase):

@@ -3,7 +3,7 @@
 
 Run: ``.venv/bin/python -m pytest tests/training/test_memory_kills.py -q`` (2 and 4 gloo ranks
 on 127.0.0.1 under ``python -m neural_arch.distributed.launcher``, i.e. ``neural-arch launch``;
-about 3 min for 2 ranks and 5 min for 4 on two shared cores: each restart starts the ranks anew).
+about 3 min for 2 ranks and 6 min for 4 on two shared cores: each restart starts the ranks anew).
 
 ``tests/scripts/train_fault.py kills 20``: attempts 0 to 19 each SIGKILL one rank 1 to 3 steps
 after their first step (rank and step drawn from a generator seeded with the attempt's number;
@@ -14,8 +14,9 @@ every kill lands before the end). Proof that no checkpoint file was read: every 
 resumed from the launcher's keeper (rank 0's line, and the trainer's start line in its log), and
 the only checkpoint the run ever wrote is the last step's, made after the last restart. The
 reference is the same launcher run without kills or snapshots; the weights must be ``torch.equal``
-(2 ranks); 4 ranks end within float64 rounding and xfail until DDP's bucket rebuild is made
-deterministic across restarts (``DDP_REBUILD``: not of memory recovery; a disk resume shows it too).
+at 2 and 4 ranks. (4 ranks are bitwise because our DDP wrapper keeps torch's first bucket layout
+for good from 3 ranks on: a restart's fresh wrapper would otherwise sum its first step in another
+order; tests/distributed/data_parallel/test_ddp_restart_layout.py shows it in isolation.)
 """
 
 from __future__ import annotations
@@ -28,14 +29,6 @@ import torch
 import neural_arch.distributed as nd
 from tests.helpers.trainer_runs import BASE, launch_fault
 
-DDP_REBUILD = (
-    "torch's DDP all-reduces its first iteration in one bucket, then rebuilds the buckets in the order the "
-    "gradients became ready; a restarted group's first step uses the first layout where the uninterrupted run "
-    "used the rebuilt one, and gloo's ring sums each element's >= 3 contributions in an order set by its place"
-)
-"""Why 4 ranks end within float64 rounding, not bitwise, after a restart (from memory or disk alike):
-reproduced without neural_arch by rebuilding a plain DDP at step 5 of 8 on 4 gloo ranks (1.7e-16;
-bitwise with ``find_unused_parameters=True``, which never rebuilds). 2 ranks: a + b is b + a."""
 KILLS = 20
 STEPS = 48
 ARGS = [*BASE, "--set", "checkpoint.every_steps=0", f"training.steps={STEPS}"]
@@ -49,10 +42,7 @@ def _weights(run) -> dict[str, torch.Tensor]:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(1200)
-# 4 ranks (issue 36 asks for it too): every recovery check holds, but the weights end within float64
-# rounding (8e-17, see DDP_REBUILD), so the case xfails; it is left out of the suite (about 6 min on 2
-# cores) until DDP's layout is made the same across restarts. To run it, add 4 to this list.
-@pytest.mark.parametrize("ranks", [2])
+@pytest.mark.parametrize("ranks", [2, 4])
 def test_twenty_kills_resume_from_memory_bitwise(tmp_path, ranks):
     whole = launch_fault("none", 0, ranks, *ARGS, f"run.dir={tmp_path / 'whole'}", timeout=300)
     assert whole.returncode == 0, whole.stderr[-3000:]
@@ -73,8 +63,4 @@ def test_twenty_kills_resume_from_memory_bitwise(tmp_path, ranks):
     reference, weights = _weights(tmp_path / "whole"), _weights(run)
     assert reference.keys() == weights.keys() and all(v.dtype == torch.float64 for v in reference.values())
     differ = [name for name, value in reference.items() if not torch.equal(weights[name], value)]
-    if differ and ranks > 2:  # see DDP_REBUILD: rounding only, also after a disk resume; known, not this feature's
-        for name in differ:
-            torch.testing.assert_close(weights[name], reference[name], rtol=1e-12, atol=1e-15)
-        pytest.xfail(f"{ranks} ranks: {differ} equal to float64 rounding, not bitwise ({DDP_REBUILD})")
     assert not differ, f"{differ} differ from the uninterrupted run ({ranks} ranks)"

@@ -2,7 +2,7 @@
 from the snapshot a ``SnapshotKeeper`` holds, read no checkpoint file, and end bitwise equal.
 
 Run: ``.venv/bin/python -m pytest tests/training/test_memory_recovery.py -q`` (2-rank gloo runs on
-127.0.0.1; three tests, 20-70 s on two shared cores).
+127.0.0.1; four tests, 20-70 s each on two shared cores).
 
 The keeper runs in the test process, as it would in the launcher agent: it outlives the ranks.
 A run is 20 steps of the float64 regression MLP (``TWENTY_STEPS``: two epoch ends, uneven
@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import pytest
 import torch
+from torch.distributed.tensor import DTensor
 
 from neural_arch.distributed.checkpoint.keeper_protocol import KeeperAddress, KeeperClient
 from neural_arch.distributed.checkpoint.memory_keeper import SnapshotKeeper
@@ -61,8 +62,10 @@ def _train(
         callbacks.append(_KillAt(kill_at, snapshots))
     trainer = Trainer(load_config(None, [*TWENTY_STEPS, f"run.dir={run}", *extra]), callbacks=callbacks)
     trainer.train()
-    # numpy arrays: a tensor would cross the result queue as shared memory that dies with the rank
-    state = {k: v.detach().numpy().copy() for k, v in trainer.components.placement.plain.state_dict().items()}
+    # numpy arrays: a tensor would cross the result queue as shared memory that dies with the rank;
+    # a sharded layout's DTensors gathered whole (a collective, in the same order on every rank)
+    plain = trainer.components.placement.plain.state_dict().items()
+    state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().numpy().copy() for k, v in plain}
     return state, None if snapshots is None else (snapshots.restored, snapshots.pushed)
 
 
@@ -97,6 +100,26 @@ def test_ranks_killed_twice_resume_from_memory_bitwise(tmp_path):
         line.split("] ", 1)[1] for line in (run / "logs" / "rank_0.log").read_text().splitlines() if "start:" in line
     ]
     assert starts == ["start: world 2, step 0", *(f"start: world 2, step {s} (resumed from step {s})" for s in (6, 9))]
+
+
+@pytest.mark.multiprocess
+def test_fsdp_ranks_killed_resume_from_their_own_shards_bitwise(tmp_path):
+    """FSDP x2 (``parallel.dp_shard=2``, sharded checkpoints): every rank pushes its own shards
+    (two parts a step), both are killed at step 7 and resume from the keeper's step 6, each from
+    its own part, reading no file; the weights equal the uninterrupted FSDP run's exactly."""
+    fsdp = ("parallel.dp_shard=2",)
+    reference = run_ranks(_train, 2, args=(str(tmp_path / "reference"), None, None, *fsdp), timeout=120)
+    run = tmp_path / "run"
+    with SnapshotKeeper(JobToken("test-job", "the test"), capacity=16 << 20) as keeper:
+        _killed(run, keeper.address, 7, *fsdp)
+        assert keeper.newest == 6 and not list((run / "checkpoints").glob("step_*"))
+        finished = run_ranks(_train, 2, args=(str(run), keeper.address, None, *fsdp), timeout=120)
+    for rank in range(2):
+        weights, (restored, pushed) = finished[rank]
+        assert (restored, pushed) == (6, [9, 12, 15, 18]), f"rank {rank}: restored {restored}, pushed {pushed}"
+        for name, value in reference[rank][0].items():
+            assert torch.equal(torch.from_numpy(weights[name]), torch.from_numpy(value)), f"rank {rank} {name}"
+    assert "resumed from step 6" in (run / "logs" / "rank_0.log").read_text()
 
 
 @pytest.mark.multiprocess

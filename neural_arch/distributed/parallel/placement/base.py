@@ -99,10 +99,16 @@ class Placement(ABC):
     def load_shards(self, optimizer: torch.optim.Optimizer, step_dir: Path) -> None:
         """Load a sharded checkpoint saved on any layout into this placement (DCP reshards)."""
         from neural_arch.distributed.checkpoint import load_shards
+
+        self.fill_shards(optimizer, lambda target: load_shards(step_dir, target))
+
+    def fill_shards(self, optimizer: torch.optim.Optimizer, fill: Callable[[dict[str, Any]], None]) -> None:
+        """Load shards that ``fill`` copies in place into ``shard_state``'s tensors (allocated in this
+        run's layout): DCP from a step directory, or a memory snapshot of the same layout."""
         from neural_arch.distributed.parallel.checkpoint_layout import dcp_restore
 
-        target = self.shard_state(optimizer)  # allocated in this run's layout: DCP fills it in place
-        load_shards(step_dir, target)
+        target = self.shard_state(optimizer)
+        fill(target)
         self.set_shards(optimizer, dcp_restore(target))
 
     def set_shards(self, optimizer: torch.optim.Optimizer, loaded: dict[str, Any]) -> None:
