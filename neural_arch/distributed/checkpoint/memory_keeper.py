@@ -11,7 +11,7 @@ worker's memory dies with it. The node's launcher agent survives its workers: it
 (Gemini-style: the host's CPU memory) and the restarted workers read it back instead of a file.
 
 What it holds: per step, ``parts`` parts (the worker side, ``training/memory_snapshot.py``,
-pushes one part for a replicated DDP state, rank 0's; a sharded layout would push one per rank).
+pushes one part for a replicated DDP state, rank 0's; a sharded layout pushes one per rank).
 The newest step that has every part is *complete* and is what ``get`` serves; at most one other
 step is pending (a push of step S drops any pending step but S, so parts of an attempt that
 died are never mixed in with another step). A step that completes replaces the complete one.
@@ -29,9 +29,6 @@ every ``checkpoint.memory_every`` steps. Design for the pieces not built yet (is
   rendezvous ring (agent to agent, the same protocol and token), so a lost host leaves one copy;
   a restarted node's workers fetch their parts from whichever keeper holds the newest complete
   step (the ranks agree on it with one gather, as the worker side already does).
-- FSDP/sharded state: one part per rank (its DTensor shards' local tensors plus rank 0's
-  replicated rest); restore is exact on the same world size and mesh only (the parts are the old
-  layout's shards); another world size falls back to the disk checkpoint (DCP reshards).
 """
 
 from __future__ import annotations
