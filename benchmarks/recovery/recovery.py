@@ -6,12 +6,15 @@ Each round starts the same 2-rank job (benchmarks/recovery/recovery_worker.py) w
 ``--max_restarts=1``; rank 1 SIGKILLs itself at step 5 of the first attempt. A round
 recovers if the job exits 0 within 60 s. Recovery time = SIGKILL -> first completed step
 after the restart. torchrun runs the worker with plain ``torch.distributed.init_process_group``
-(what its users write). Targets: 20/20 recovered, median <= 5 s.
+(what its users write). Targets: 20/20 recovered, median <= 5 s; issue 36: median <= 0.5 s.
+Then the phases: the restarted rank 0 marks when its process started (/proc), when its script
+began, when torch was imported, when it joined the group and when its first step ended.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -34,7 +37,31 @@ COMMANDS = {
 FLAVOUR = {"neural_arch": "ours", "torchrun": "plain"}
 
 
-def one_round(name: str) -> tuple[bool, float | None, str]:
+PHASES = {
+    "detect + tear down + spawn": ("killed", "spawned"),
+    "interpreter start": ("spawned", "script"),
+    "import torch": ("script", "imported"),
+    "join the group": ("imported", "joined"),
+    "first step": ("joined", "stepped"),
+}
+"""Where the kill -> first step time goes, cut at the restarted rank 0's marks (recovery_worker.py)."""
+Round = tuple[bool, "float | None", str, dict[str, float]]
+
+
+def _phases(out: str) -> dict[str, float]:
+    """Seconds per phase of this round's recovery ({} where a mark is missing)."""
+    marks_file, killed, after = Path(out, "phases.json"), Path(out, "killed_at"), Path(out, "first_step_after")
+    if not (marks_file.exists() and killed.exists() and after.exists()):
+        return {}
+    marks = {
+        **json.loads(marks_file.read_text()),
+        "killed": float(killed.read_text()),
+        "stepped": float(after.read_text()),
+    }
+    return {name: marks[end] - marks[start] for name, (start, end) in PHASES.items()}
+
+
+def one_round(name: str) -> Round:
     with tempfile.TemporaryDirectory() as out:
         try:
             proc = subprocess.run(
@@ -50,22 +77,19 @@ def one_round(name: str) -> tuple[bool, float | None, str]:
                 why += f" (log: {failed})"
         except subprocess.TimeoutExpired:
             ok, why = False, "hung > 60 s"
-        killed, after = Path(out, "killed_at"), Path(out, "first_step_after")
-        seconds = (
-            float(after.read_text()) - float(killed.read_text()) if ok and killed.exists() and after.exists() else None
-        )
-        return ok, seconds, why
+        phases = _phases(out) if ok else {}
+        return ok, sum(phases.values()) if phases else None, why, phases
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
-    results: dict[str, list[tuple[bool, float | None, str]]] = {name: [] for name in COMMANDS}
+    results: dict[str, list[Round]] = {name: [] for name in COMMANDS}
     for r in range(args.rounds):
         for name in list(COMMANDS) if r % 2 == 0 else list(reversed(COMMANDS)):
             results[name].append(one_round(name))
-            ok, sec, why = results[name][-1]
+            ok, sec, why, _ = results[name][-1]
             print(
                 f"round {r + 1:2d} {name:11s} {'recovered' if ok else 'FAILED':9s} "
                 f"{f'{sec:.2f} s' if sec is not None else why}",
@@ -73,13 +97,18 @@ def main() -> None:
             )
     print()
     for name, rows in results.items():
-        times = [s for ok, s, _ in rows if ok and s is not None]
+        times = [s for ok, s, _, _ in rows if ok and s is not None]
         median = f"{statistics.median(times):.2f} s" if times else "n/a"
-        failures = sorted({why for ok, _, why in rows if not ok})
+        failures = sorted({why for ok, _, why, _ in rows if not ok})
         print(
-            f"{name:11s} recovered {sum(ok for ok, _, _ in rows)}/{len(rows)}, median SIGKILL->first step {median}"
+            f"{name:11s} recovered {sum(r[0] for r in rows)}/{len(rows)}, median SIGKILL->first step {median}"
             + (f"; failures: {', '.join(failures)}" if failures else "")
         )
+    print("\nmedian seconds per phase (the restarted rank 0's marks; phases of one round add up to its total)")
+    print(f"{'phase':28s} " + " ".join(f"{name:>11s}" for name in results))
+    for phase in PHASES:
+        cells = [[p[phase] for *_, p in rows if p] for rows in results.values()]
+        print(f"{phase:28s} " + " ".join(f"{statistics.median(c):11.3f}" if c else f"{'n/a':>11s}" for c in cells))
 
 
 if __name__ == "__main__":
