@@ -29,8 +29,9 @@ into step 7's collectives. Each job must:
   after the link's return, so the namespace hosts cap it at ``RTO_MAX`` (a setting a cluster
   may choose too): the job still has to ride out the whole cut, the connections outlive it
   (TCP gives up on one after tcp_retries2 = 15 retransmissions: 290 s or more at this cap) and the
-  bound allows the cap in effect. Runtime: 247 s on 2 cores at load 11, the jobs done 51 s
-  (static) and 67 s (c10d) after the link's return, against 68-73 s and 135 s uncapped.
+  bound allows the cap in effect. Runtime: 198-247 s on 2 shared cores (load 4-11), the jobs
+  done 22-52 s (static) and 44-67 s (c10d) after the link's return, against 68-73 s and 135 s
+  uncapped (284-318 s in all).
 """
 
 from __future__ import annotations
