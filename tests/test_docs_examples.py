@@ -4,8 +4,9 @@ Run: ``.venv/bin/python -m pytest tests/test_docs_examples.py -q`` (about a minu
 CLI runs, docs/cluster.md 2.5 to 5 minutes on a loaded 2-core machine: three SLURM jobs, mpirun and
 two-node launches; ``-k getting-started`` for one page). The convention is in tests/helpers/doc_pages.py:
 ``python`` and ``bash`` blocks run in order in one fresh directory per page, with the venv's
-bin/ first on PATH and nothing telling them where the checkout is (a recipe is named, not a
-path: tests/test_wheel_install.py runs pages from an installed wheel); ``<!-- not run: REASON -->`` skips
+bin/ first on PATH, one intra-op thread (``OMP_NUM_THREADS=1``) and nothing telling them where
+the checkout is (a recipe is named, not a path: tests/test_wheel_install.py runs pages from an
+installed wheel); ``<!-- not run: REASON -->`` skips
 a block, ``<!-- file: NAME -->`` writes it to NAME, ``<!-- needs: slurm -->`` (or ``mpirun``) runs it
 on the real program, started here for the page (a local SLURM: tests/helpers/clusters.py), and
 where that program is missing the page's other blocks still run and the test is skipped with the
@@ -42,7 +43,10 @@ def venv_bin() -> Path:
 
 
 def block_env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", NO_MKDOCS_2_WARNING="1")
+    # One intra-op thread, as for every process the suite starts (tests/helpers/cli.py): the models
+    # are tiny, and a second thread on a shared, loaded machine only waits for a core (a 1-process
+    # GPT run's report: 20 s with torch's default 2 threads at load 5, 2 s with 1).
+    env = dict(os.environ, PYTHONUNBUFFERED="1", NO_MKDOCS_2_WARNING="1", OMP_NUM_THREADS="1")
     env["PATH"] = os.pathsep.join([str(venv_bin()), env.get("PATH", "")])
     # the checkout under test, also where the venv's editable install points elsewhere
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)

@@ -101,6 +101,16 @@ class Host:
         self.iptables(flag, "INPUT", "-i", IFNAME, "-j", "DROP")
         self.iptables(flag, "OUTPUT", "-o", IFNAME, "-j", "DROP")
 
+    def tcp_rto_max(self, seconds: int) -> int:
+        """Cap TCP's retransmission interval in this host at ``seconds`` for the sockets opened
+        from now on (``net.ipv4.tcp_rto_max_ms``, per namespace, Linux 6.15+); the cap in effect:
+        ``seconds``, or the kernel's fixed 120 s where it has no such setting."""
+        if not os.path.exists("/proc/sys/net/ipv4/tcp_rto_max_ms"):
+            return 120
+        write = f"echo {seconds * 1000} > /proc/sys/net/ipv4/tcp_rto_max_ms"  # sh, not sysctl: procps may be absent
+        _run("ip", "netns", "exec", self.netns, "sh", "-c", write)
+        return seconds
+
     def loss(self, probability: float) -> None:
         """Drop that fraction of the packets arriving on ``eth0``, at random."""
         self.iptables(
