@@ -23,6 +23,12 @@ STACK_FRAMES = 4
 
 TAIL_LINES = 12
 
+DUMP_HEADERS = ("Current thread 0x", "Thread 0x")
+"""How ``faulthandler`` starts each thread's stack in a dump."""
+
+FATAL_HEADERS = ("Fatal Python error", "Python runtime state")
+"""The lines before a crash's own dump (``faulthandler`` on SIGSEGV, SIGABRT ...)."""
+
 
 def describe(record: FailureRecord) -> str:
     """``rank 1 (local rank 1, pid 42): killed by signal SIGKILL``."""
@@ -189,7 +195,7 @@ def _stopped_at(record: FailureRecord, log_dir: Optional[Path]) -> list[str]:
     blocks: list[list[str]] = []
     inside = False  # a dump's block is its header, then "  File" lines, then a blank line
     for line in attempt_lines(log_path(log_dir, record.rank), record.pid):
-        if line.startswith(("Current thread 0x", "Thread 0x")):
+        if line.startswith(DUMP_HEADERS):
             blocks.append([])
             inside = True
         elif inside and line.startswith("  File "):
@@ -211,7 +217,27 @@ def _last_lines(record: FailureRecord, log_dir: Optional[Path], show_log_path: b
         return stack[-TAIL_LINES:], "traceback"
     if log_dir is not None:
         log = log_path(log_dir, record.rank)
-        lines = [line for line in attempt_lines(log, record.pid) if line.strip()]
+        lines = [line for line in without_requested_stacks(attempt_lines(log, record.pid)) if line.strip()]
         if lines:
             return lines[-TAIL_LINES:], f"last lines of {log}" if show_log_path else "last lines of its output"
     return [], ""
+
+
+def without_requested_stacks(lines: Sequence[str]) -> list[str]:
+    """A rank's log lines without the stack dumps the launcher asked for when it stopped the group
+    (``stacks.py``): those are its own frames' business, quoted apart (``_stopped_at``) without the
+    launcher's frames. A dump that follows ``Fatal Python error`` (a crash's own, e.g. SIGSEGV) stays."""
+    kept: list[str] = []
+    inside, crash = False, False
+    for line in lines:
+        if line.startswith(DUMP_HEADERS):
+            inside = True
+        elif inside and (line.startswith("  ") or not line.strip()):
+            pass  # a frame of the dump, or the blank line after a thread's frames
+        else:
+            inside = False
+            if line.strip():
+                crash = line.startswith(FATAL_HEADERS)
+        if not inside or crash:
+            kept.append(line)
+    return kept
