@@ -107,7 +107,8 @@ def usage_error_line(records: Sequence[FailureRecord], log_dir: Optional[Path]) 
     rank said was one: ``restart_policy.is_usage_error``): one line, instead of a failure summary
     around the rank's one-line message. The message is quoted unless rank 0 printed it on the
     console already (ranks it outpaced are killed before their exit is recorded, so rank 0's own
-    last line is what tells). A script's own exit 2 gets the summary, as any failure."""
+    last line, the stacks the launcher asked for left out, is what tells). Either way the line says
+    a restart would give the same answer. A script's own exit 2 gets the summary, as any failure."""
     last = max((record.attempt for record in records), default=0)
     usage = sorted((r for r in records if r.attempt == last and is_usage_error(r)), key=lambda r: r.rank)
     if not usage:
@@ -119,7 +120,9 @@ def usage_error_line(records: Sequence[FailureRecord], log_dir: Optional[Path]) 
     shown = log_dir is not None and rank0 and _last_lines(rank0[0], log_dir, show_log_path=False)[0][-1:] == [said]
     if shown or not said:
         return f"{line} (above); a restart would give the same answer."
-    return f"{line}: {said}"
+    # Rank 0 stopped before its own line reached its log (another rank said it first): quoted, and
+    # the same reason given, whichever rank won that race.
+    return f"{line} (a restart would give the same answer): {said}"
 
 
 def _others(ordered: Sequence[FailureRecord]) -> list[str]:
