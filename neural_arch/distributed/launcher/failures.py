@@ -228,8 +228,8 @@ def _last_lines(record: FailureRecord, log_dir: Optional[Path], show_log_path: b
 
 def without_requested_stacks(lines: Sequence[str]) -> list[str]:
     """A rank's log lines without the stack dumps the launcher asked for when it stopped the group
-    (``stacks.py``): those are its own frames' business, quoted apart (``_stopped_at``) without the
-    launcher's frames. A dump that follows ``Fatal Python error`` (a crash's own, e.g. SIGSEGV) stays."""
+    (``stacks.py``): the summary quotes those apart, without the launcher's frames (``_stopped_at``).
+    A dump that follows ``Fatal Python error`` (a crash's own, e.g. SIGSEGV) stays."""
     kept: list[str] = []
     inside, crash = False, False
     for line in lines:
