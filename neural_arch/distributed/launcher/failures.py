@@ -23,6 +23,12 @@ STACK_FRAMES = 4
 
 TAIL_LINES = 12
 
+DUMP_HEADERS = ("Current thread 0x", "Thread 0x")
+"""How ``faulthandler`` starts each thread's stack in a dump."""
+
+FATAL_HEADERS = ("Fatal Python error", "Python runtime state")
+"""The lines before a crash's own dump (``faulthandler`` on SIGSEGV, SIGABRT ...)."""
+
 
 def describe(record: FailureRecord) -> str:
     """``rank 1 (local rank 1, pid 42): killed by signal SIGKILL``."""
@@ -101,7 +107,8 @@ def usage_error_line(records: Sequence[FailureRecord], log_dir: Optional[Path]) 
     rank said was one: ``restart_policy.is_usage_error``): one line, instead of a failure summary
     around the rank's one-line message. The message is quoted unless rank 0 printed it on the
     console already (ranks it outpaced are killed before their exit is recorded, so rank 0's own
-    last line is what tells). A script's own exit 2 gets the summary, as any failure."""
+    last line, the stacks the launcher asked for left out, is what tells). Either way the line says
+    a restart would give the same answer. A script's own exit 2 gets the summary, as any failure."""
     last = max((record.attempt for record in records), default=0)
     usage = sorted((r for r in records if r.attempt == last and is_usage_error(r)), key=lambda r: r.rank)
     if not usage:
@@ -113,7 +120,9 @@ def usage_error_line(records: Sequence[FailureRecord], log_dir: Optional[Path]) 
     shown = log_dir is not None and rank0 and _last_lines(rank0[0], log_dir, show_log_path=False)[0][-1:] == [said]
     if shown or not said:
         return f"{line} (above); a restart would give the same answer."
-    return f"{line}: {said}"
+    # Rank 0 stopped before its own line reached its log (another rank said it first): quoted, and
+    # the same reason given, whichever rank won that race.
+    return f"{line} (a restart would give the same answer): {said}"
 
 
 def _others(ordered: Sequence[FailureRecord]) -> list[str]:
@@ -189,7 +198,7 @@ def _stopped_at(record: FailureRecord, log_dir: Optional[Path]) -> list[str]:
     blocks: list[list[str]] = []
     inside = False  # a dump's block is its header, then "  File" lines, then a blank line
     for line in attempt_lines(log_path(log_dir, record.rank), record.pid):
-        if line.startswith(("Current thread 0x", "Thread 0x")):
+        if line.startswith(DUMP_HEADERS):
             blocks.append([])
             inside = True
         elif inside and line.startswith("  File "):
@@ -211,7 +220,27 @@ def _last_lines(record: FailureRecord, log_dir: Optional[Path], show_log_path: b
         return stack[-TAIL_LINES:], "traceback"
     if log_dir is not None:
         log = log_path(log_dir, record.rank)
-        lines = [line for line in attempt_lines(log, record.pid) if line.strip()]
+        lines = [line for line in without_requested_stacks(attempt_lines(log, record.pid)) if line.strip()]
         if lines:
             return lines[-TAIL_LINES:], f"last lines of {log}" if show_log_path else "last lines of its output"
     return [], ""
+
+
+def without_requested_stacks(lines: Sequence[str]) -> list[str]:
+    """A rank's log lines without the stack dumps the launcher asked for when it stopped the group
+    (``stacks.py``): the summary quotes those apart, without the launcher's frames (``_stopped_at``).
+    A dump that follows ``Fatal Python error`` (a crash's own, e.g. SIGSEGV) stays."""
+    kept: list[str] = []
+    inside, crash = False, False
+    for line in lines:
+        if line.startswith(DUMP_HEADERS):
+            inside = True
+        elif inside and (line.startswith("  ") or not line.strip()):
+            pass  # a frame of the dump, or the blank line after a thread's frames
+        else:
+            inside = False
+            if line.strip():
+                crash = line.startswith(FATAL_HEADERS)
+        if not inside or crash:
+            kept.append(line)
+    return kept

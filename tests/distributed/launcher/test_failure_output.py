@@ -15,7 +15,8 @@ import pytest
 
 from neural_arch.distributed.launcher import logpump
 from neural_arch.distributed.launcher.blame import causes, is_collateral, restart_notice
-from neural_arch.distributed.launcher.failures import format_failure_summary
+from neural_arch.distributed.launcher.failures import format_failure_summary, usage_error_line
+from neural_arch.distributed.launcher.log_format import attempt_header, log_path
 from neural_arch.distributed.launcher.logpump import LOG_ONLY
 from neural_arch.distributed.launcher.records import FailureRecord
 from neural_arch.distributed.launcher.restart_policy import failed_alike
@@ -111,6 +112,19 @@ def test_the_restart_notice_is_one_line_with_rank_host_signal_step_and_attempt()
         "(RuntimeError: connection reset by peer); last checkpoint saved: step 100. "
         "Restarting the group: attempt 2 of 4."
     )
+
+
+def test_a_usage_error_is_one_line_saying_why_not_restarted_whichever_rank_said_it_first(tmp_path):
+    said = "neural-arch train: error: run.dir='r' is in use by another job (pid 7 on vm: ...)"
+    usage = FailureRecord(0, 1, 1, 11, 2, None, "exit 2", 101, usage_error=said)
+    stopped = FailureRecord(0, 0, 0, 10, -15, "SIGTERM", "killed", 102, True)
+    dump = ["Current thread 0x00007f02 (most recent call first):", '  File "/x/launcher/worker.py", line 9 in f']
+    for rank0_printed, quoted in (([said, *dump], False), (["starting", *dump], True)):
+        log = log_path(tmp_path, 0)
+        log.write_text("\n".join([attempt_header(0, "0", 10), *rank0_printed]) + "\n")
+        line = usage_error_line([usage, stopped], tmp_path)
+        assert line is not None and "not restarted: rank(s) 1 exited with code 2" in line, line
+        assert "a restart would give the same answer" in line and line.endswith(said) == quoted, line
 
 
 def test_the_log_pump_keeps_marked_lines_off_the_console(tmp_path):

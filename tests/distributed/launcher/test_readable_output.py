@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from neural_arch.distributed.launcher.failures import without_requested_stacks
 from neural_arch.distributed.launcher.log_format import attempt_id, attempt_number
 from neural_arch.distributed.launcher.program import run_python
 from neural_arch.distributed.launcher.repeats import ShownTracebacks
@@ -129,3 +130,20 @@ def test_torch_elastic_records_reach_no_handler_inside_the_block():
     finally:
         parent.removeHandler(catcher)
     assert seen == ["shown", "after"]
+
+
+def test_a_stopped_ranks_output_tail_leaves_out_the_stacks_the_launcher_asked_for():
+    # A survivor stopped while it exits (in worker.py's close_output) was quoted with the launcher's
+    # frames: its "last lines" included the dump the launcher asked for (shown apart, filtered).
+    requested = [
+        "Thread 0x00007f01 (most recent call first):",
+        '  File "/x/neural_arch/distributed/runtime/heartbeat.py", line 81 in _beat',
+        "",
+        "Current thread 0x00007f02 (most recent call first):",
+        '  File "/x/neural_arch/distributed/launcher/worker.py", line 265 in close_output',
+        "",
+    ]
+    crash = ["Fatal Python error: Segmentation fault", "", *requested[3:5], "", "Extension modules: torch (total: 1)"]
+    assert without_requested_stacks(["starting", *requested]) == ["starting"]
+    assert without_requested_stacks(["starting", *requested, "after"]) == ["starting", "after"]
+    assert without_requested_stacks(["starting", *crash]) == ["starting", *crash]  # a crash's own dump stays
