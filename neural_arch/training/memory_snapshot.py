@@ -23,7 +23,8 @@ Sharded state (``checkpoint.format: sharded``: FSDP, tensor and pipeline paralle
 pushes its own part (its shards as local tensors, ``snapshot_parts.py``, plus the small state)
 and restores its own part into the new layout's shards; exact on the same world size and mesh,
 which is what a restart inside one launcher gives. Any other layout is refused in one line and
-the run resumes from disk (DCP reshards).
+the run resumes from disk (DCP reshards). On several nodes a sharded run takes none (one line):
+each node's keeper would hold only its own ranks' parts.
 """
 
 from __future__ import annotations
@@ -144,8 +145,15 @@ class MemorySnapshots(Callback):
     def push(self, components: TrainingComponents) -> None:
         """Snapshot ``components`` now (every rank; collective) and send it behind training."""
         self.wait()  # one push in flight: the keeper's footprint counts on it
-        state: dict[str, Any] = components.checkpoint_state()  # collective: every rank's RNG
         sharded = components.sharded_checkpoints
+        if sharded and nd.detect_cluster_env().num_nodes > 1:  # the same answer on every rank
+            self._say(
+                "nodes",
+                "memory snapshots of a sharded layout on several nodes are not built yet (each node's "
+                "keeper would hold only its own ranks' parts); none taken, a restart resumes from disk",
+            )
+            return
+        state: dict[str, Any] = components.checkpoint_state()  # collective: every rank's RNG
         if sharded:  # every rank pushes its own shards (a collective: some DTensors are redistributed)
             state = {"state": state, "shards": local_part(components.shard_state())}
         pushes = sharded or nd.get_rank() == 0

@@ -2,7 +2,7 @@
 from the snapshot a ``SnapshotKeeper`` holds, read no checkpoint file, and end bitwise equal.
 
 Run: ``.venv/bin/python -m pytest tests/training/test_memory_recovery.py -q`` (2-rank gloo runs on
-127.0.0.1; four tests, 20-70 s each on two shared cores).
+127.0.0.1; four tests, 20-90 s each on two shared cores).
 
 The keeper runs in the test process, as it would in the launcher agent: it outlives the ranks.
 A run is 20 steps of the float64 regression MLP (``TWENTY_STEPS``: two epoch ends, uneven
