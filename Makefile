@@ -30,8 +30,11 @@ dev: $(DEV_STAMP)
 run: $(STAMP)
 	$(PY) -m neural_arch.cli train --config icenet --create-data
 
+# Two pytest-xdist workers, one per core: most tests wait on processes they started (restarts,
+# timeouts, imports), so two at a time take about half the time; tests marked `machine` (a local
+# SLURM, network namespaces, Ray, mpirun) all run on one worker, one after another.
 test: $(DEV_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup
 
 # The edit-run loop: in-process tests only (no spawned ranks, CLI runs or builds), under a minute.
 test-fast: $(DEV_STAMP)

@@ -17,6 +17,17 @@ _LAUNCHER_VARS = (
 )
 
 
+MACHINE_GROUP = "machine"
+"""The pytest-xdist group of every test marked ``machine``: with ``--dist loadgroup`` (``make test``)
+they all run on one worker, so two never share a local SLURM, the namespaces' addresses or Ray."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("machine"):
+            item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
+
+
 @pytest.fixture(autouse=True)
 def clean_distributed_state():
     saved = dict(os.environ)

@@ -122,7 +122,10 @@ def page_params() -> list:
     cases = []
     for page in PAGES:
         count = len(runnable(blocks(page.read_text(encoding="utf-8"))))
-        cases.append(pytest.param(page, id=page_id(page), marks=pytest.mark.timeout(60 + BLOCK_TIMEOUT * count)))
+        marks = [pytest.mark.timeout(60 + BLOCK_TIMEOUT * count)]
+        if any(block.marker == "needs" for block in blocks(page.read_text(encoding="utf-8"))):
+            marks.append(pytest.mark.machine)  # a local SLURM or mpirun, one at a time
+        cases.append(pytest.param(page, id=page_id(page), marks=marks))
     return cases
 
 

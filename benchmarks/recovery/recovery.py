@@ -1,6 +1,6 @@
 """Kill-and-recover rounds: our launcher vs plain torchrun, 2 ranks on CPU, interleaved.
 
-Run: ``.venv/bin/python -m benchmarks.recovery.recovery [--rounds 20]``
+Run: ``.venv/bin/python -m benchmarks.recovery.recovery [--rounds 20] [--warm]``
 
 Each round starts the same 2-rank job (benchmarks/recovery/recovery_worker.py) with
 ``--max_restarts=1``; rank 1 SIGKILLs itself at step 5 of the first attempt. A round
@@ -9,6 +9,9 @@ after the restart. torchrun runs the worker with plain ``torch.distributed.init_
 (what its users write). Targets: 20/20 recovered, median <= 5 s; issue 36: median <= 0.5 s.
 Then the phases: the restarted rank 0 marks when its process started (/proc), when its script
 began, when torch was imported, when it joined the group and when its first step ended.
+``--warm`` adds our launcher with ``--warm-spares`` (launcher/warm.py) and lets every job run
+``WARM_WAIT`` s before the kill, so that the spares have started: a spare started before the
+kill, so its "spawn" ends at the kill and its "import torch" is the assignment's few imports.
 """
 
 from __future__ import annotations
@@ -34,7 +37,11 @@ COMMANDS = {
         "--max_restarts=1",
     ],
 }
-FLAVOUR = {"neural_arch": "ours", "torchrun": "plain"}
+FLAVOUR = {"neural_arch": "ours", "torchrun": "plain", "warm": "ours"}
+WARM = [*COMMANDS["neural_arch"], "--warm-spares"]
+WARM_WAIT = 20.0
+"""Seconds every job runs before the kill with ``--warm``: launcher/warm.py's REFILL_DELAY (10 s)
+and the spares' own start."""
 
 
 PHASES = {
@@ -53,19 +60,21 @@ def _phases(out: str) -> dict[str, float]:
     marks_file, killed, after = Path(out, "phases.json"), Path(out, "killed_at"), Path(out, "first_step_after")
     if not (marks_file.exists() and killed.exists() and after.exists()):
         return {}
+    marks = json.loads(marks_file.read_text())
     marks = {
-        **json.loads(marks_file.read_text()),
+        **marks,
+        "spawned": max(marks["spawned"], float(killed.read_text())),  # a warm spare started before the kill
         "killed": float(killed.read_text()),
         "stepped": float(after.read_text()),
     }
     return {name: marks[end] - marks[start] for name, (start, end) in PHASES.items()}
 
 
-def one_round(name: str) -> Round:
+def one_round(name: str, command: list[str], wait: float) -> Round:
     with tempfile.TemporaryDirectory() as out:
         try:
             proc = subprocess.run(
-                COMMANDS[name] + [WORKER, out, FLAVOUR[name]], capture_output=True, text=True, timeout=60
+                command + [WORKER, out, FLAVOUR[name], str(wait)], capture_output=True, text=True, timeout=60 + wait
             )
             ok, why = proc.returncode == 0, f"exit {proc.returncode}"
             if not ok and "connectFullMesh" in proc.stderr:
@@ -84,11 +93,14 @@ def one_round(name: str) -> Round:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--warm", action="store_true", help="also our launcher with --warm-spares")
     args = parser.parse_args()
-    results: dict[str, list[Round]] = {name: [] for name in COMMANDS}
+    commands = {**COMMANDS, "warm": WARM} if args.warm else dict(COMMANDS)
+    wait = WARM_WAIT if args.warm else 0.0
+    results: dict[str, list[Round]] = {name: [] for name in commands}
     for r in range(args.rounds):
-        for name in list(COMMANDS) if r % 2 == 0 else list(reversed(COMMANDS)):
-            results[name].append(one_round(name))
+        for name in list(commands) if r % 2 == 0 else list(reversed(commands)):
+            results[name].append(one_round(name, commands[name], wait))
             ok, sec, why, _ = results[name][-1]
             print(
                 f"round {r + 1:2d} {name:11s} {'recovered' if ok else 'FAILED':9s} "

@@ -1,7 +1,8 @@
-"""Worker for benchmarks/recovery/recovery.py: ``recovery_worker.py OUT_DIR ours|plain``.
+"""Worker for benchmarks/recovery/recovery.py: ``recovery_worker.py OUT_DIR ours|plain [WAIT]``.
 
 Steps of a tiny all-reduce "training" loop; on the first attempt rank 1 records the time
-and SIGKILLs itself at step 5. After the restart rank 0 records when its first step
+and SIGKILLs itself at step 5 (after WAIT seconds, default 0: time for the launcher's warm
+spares to start). After the restart rank 0 records when its first step
 completes, with the marks its phases are cut at (process start, script start, torch imported,
 process group joined). ``plain`` joins with torch.distributed.init_process_group as a torchrun user
 would; ``ours`` with neural_arch's.
@@ -21,6 +22,7 @@ import torch.distributed as dist  # noqa: E402
 
 IMPORTED = time.time()
 out, flavour = sys.argv[1], sys.argv[2]
+wait = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
 if flavour == "ours":
     from neural_arch.distributed import init_process_group
 
@@ -43,6 +45,8 @@ def process_start() -> float:
 
 
 model = torch.nn.Linear(64, 64)
+if attempt == 0:
+    time.sleep(wait)
 for step in range(10):
     if attempt == 0 and rank == 1 and step == 5:
         with open(os.path.join(out, "killed_at"), "w") as f:

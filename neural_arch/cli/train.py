@@ -166,6 +166,7 @@ def _launch_workers(cfg: Config, nproc: int, worker_argv: list[str]) -> int:
     launch = LaunchConfig(
         nproc_per_node=nproc,
         max_restarts=cfg.training.max_restarts,
+        warm_spares=cfg.training.warm_spares,
         timeout=cfg.training.timeout,
         backend=None if cfg.training.backend == "auto" else cfg.training.backend,
         log_dir=str(Path(cfg.run.dir) / "logs" / "console"),

@@ -68,6 +68,10 @@ class TrainingConfig:
     """Worker processes per node when the run starts its own launcher."""
     max_restarts: int = 3
     """Times a failed group is restarted from the last checkpoint before giving up."""
+    warm_spares: bool = False
+    """When the run starts its own launcher: keep one spare worker per rank with torch imported,
+    so that a restart skips the interpreter's start and torch's import (seconds per restart,
+    about 300 MB of memory per spare; docs/launcher.md)."""
     precision: Literal["fp32", "fp64", "bf16", "fp16"] = "fp32"
     """Compute precision."""
     grad_clip: Optional[float] = None

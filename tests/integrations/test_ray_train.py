@@ -27,7 +27,7 @@ from neural_arch.training.trainer import train  # noqa: E402
 from tests.helpers.ray_runs import USER_SCRIPT, KillOnce, local_ray, regression, run_script_here  # noqa: E402
 from tests.helpers.run_outputs import assert_params, final_params  # noqa: E402
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.machine, pytest.mark.timeout(600)]
 
 STEPS = 12
 """Checkpoints at 4, 8, 12; validation at 6 and 12; 101 samples / 12 per step: an uneven batch at step 9."""

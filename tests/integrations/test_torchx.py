@@ -40,7 +40,7 @@ from tests.helpers.paths import REPO  # noqa: E402
 from tests.helpers.run_outputs import assert_params, final_params  # noqa: E402
 from tests.helpers.trainer_runs import BASE  # noqa: E402
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.machine, pytest.mark.timeout(300)]
 
 STEPS = 10
 """101 samples / 12 per step: step 9 is the epoch's uneven 5-sample batch; checkpoints at 4, 8, 10."""

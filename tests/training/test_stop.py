@@ -83,6 +83,7 @@ def files(run: Path) -> dict[Path, tuple[int, bytes]]:
     return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
 
 
+@pytest.mark.machine  # the local SLURM
 @pytest.mark.timeout(420)
 def test_slurm_warning_signal_saves_requeues_and_ends_bitwise_equal(tmp_path):
     """hpc/train_preemptible.sh on the real SLURM, signalled as its time limit would."""

@@ -42,7 +42,7 @@ this subclass changes these things, each for a restart that otherwise fails:
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import signal
 import socket
@@ -72,6 +72,8 @@ from neural_arch.distributed.launcher.restart_policy import (
     usage_error,
 )
 from neural_arch.distributed.launcher.stopping import live_members, waking_first
+from neural_arch.distributed.launcher.torn_files import set_aside_torn
+from neural_arch.distributed.launcher.warm import WarmPool
 
 __all__ = ["FailureRecord", "RobustElasticAgent"]
 
@@ -85,9 +87,11 @@ class RobustElasticAgent(LocalElasticAgent):
         log_dir: Optional[Path] = None,
         stop_repeated_failures: bool = False,
         job_token: Optional[JobToken] = None,
+        warm_spares: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.warm_pool = WarmPool(warm_spares, os.getpid()) if warm_spares > 0 else None  # warm.py
         self._fresh_store: Optional[dist.TCPStore] = None
         self._token = job_token
         self._gate: Optional[Gate] = None
@@ -181,7 +185,8 @@ class RobustElasticAgent(LocalElasticAgent):
             forget(error_file)
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
-        pids = super()._start_workers(worker_group)
+        with self.warm_pool.serving() if self.warm_pool else contextlib.nullcontext():
+            pids = super()._start_workers(worker_group)
         if self._pcontext is not None:
             self._pcontext.close = waking_first(
                 self._pcontext.close, self._pcontext.pids, self._crashed, self._writes_stacks
@@ -220,6 +225,8 @@ class RobustElasticAgent(LocalElasticAgent):
         return int(said) if said is not None and said.isdigit() else None
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        if self.warm_pool is not None:  # from this thread: a spare's parent-death signal follows it
+            self.warm_pool.refill_if_due()
         try:
             result = super()._monitor_workers(worker_group)
         except ValueError:  # json.JSONDecodeError: see _set_aside_torn_error_files
@@ -257,20 +264,7 @@ class RobustElasticAgent(LocalElasticAgent):
         print(line, file=sys.stderr, flush=True)
 
     def _set_aside_torn_error_files(self) -> bool:
-        """Rename every error file of this attempt that is not valid JSON to ``*.torn``; returns
-        whether there was one. A worker SIGTERMed while its own code (e.g. torch's ``@record``)
-        was writing the file leaves it cut off, and torch's agent would crash reading it
-        instead of restarting; that rank's log still holds the traceback."""
-        torn = False
-        for path in self._pcontext.error_files.values() if self._pcontext else ():
-            if not os.path.isfile(path):  # none written, or os.devnull when there is no log dir
-                continue
-            try:
-                json.loads(Path(path).read_text())
-            except ValueError:
-                os.replace(path, f"{path}.torn")
-                torn = True
-        return torn
+        return set_aside_torn(self._pcontext.error_files.values() if self._pcontext else ())
 
     def forward_signal(self, signum: int) -> None:
         """Send ``signum`` to every worker of the running attempt (e.g. SLURM's USR1 warning)."""

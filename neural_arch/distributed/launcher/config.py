@@ -62,6 +62,9 @@ class LaunchConfig:
     """Also show torch elastic's own log lines (torch_logs.py); the launcher's messages show either way."""
     shutdown_timeout: int = 5
     """Seconds a stopping worker gets after SIGTERM before SIGKILL."""
+    warm_spares: bool = False
+    """Keep one spare worker per local rank with torch imported, so that a restart's workers skip
+    the interpreter's start and torch's import (warm.py; memory: about 300 MB per spare)."""
     rdzv_backend: Optional[str] = None
     """None: automatic (one node: static on a free port; N nodes: static; MIN:MAX: c10d);
     ``"static"`` or ``"c10d"`` (nodes meet at master_addr:master_port, node ranks assigned)."""
@@ -198,6 +201,7 @@ def config_from_args(ns: argparse.Namespace) -> LaunchConfig:
         job_token_file=ns.job_token_file,
         rank0_only=ns.rank0_only,
         shutdown_timeout=ns.shutdown_timeout,
+        warm_spares=ns.warm_spares,
         rdzv_backend=None if ns.standalone else ns.rdzv_backend,
         rdzv_conf=compat.rdzv_conf(ns.rdzv_conf),
         local_addr=ns.local_addr,

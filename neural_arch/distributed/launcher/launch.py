@@ -149,6 +149,7 @@ class DistributedLauncher:
                 log_dir=log_dir,
                 stop_repeated_failures=c.max_nodes == 1,
                 job_token=self._token,
+                warm_spares=c.nproc if c.warm_spares else 0,
             )
             saved = dict(os.environ)
             os.environ.update(self._worker_environment())
@@ -158,6 +159,8 @@ class DistributedLauncher:
             finally:
                 spec.rdzv_handler.shutdown()
                 agent.close_gates()
+                if agent.warm_pool is not None:
+                    agent.warm_pool.close()
                 clear_progress_markers(log_dir)
                 os.environ.clear()
                 os.environ.update(saved)

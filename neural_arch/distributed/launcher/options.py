@@ -173,6 +173,13 @@ def _restarts(g: argparse._ArgumentGroup) -> None:
         help="seconds a stopping worker gets after SIGTERM before SIGKILL (torchrun: 30)",
     )
     add(
+        "--warm-spares",
+        "--warm_spares",
+        action="store_true",
+        help="keep one spare worker per local rank with torch imported: a restart starts from them instead of "
+        "new interpreters (seconds less per restart; about 300 MB of memory per spare)",
+    )
+    add(
         "--signals-to-handle",
         "--signals_to_handle",
         default=TORCHRUN_SIGNALS,

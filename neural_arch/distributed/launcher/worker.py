@@ -288,4 +288,11 @@ def exit_as_asked(code: int) -> Any:
 
 
 if __name__ == "__main__":
-    exit_as_asked(main())
+    if sys.argv[1:2] == ["--warm-spare"]:  # warm.py's spare: torch first, then the worker it is told to be
+        with LauncherImports():
+            from neural_arch.distributed.launcher.spare import wait_for_work
+        work = wait_for_work(int(sys.argv[2]), int(sys.argv[3]))
+        STARTUP_MODULES = frozenset(sys.modules)  # torch's modules stay: a second copy would break it
+        exit_as_asked(0 if work is None else main(work))
+    else:
+        exit_as_asked(main())

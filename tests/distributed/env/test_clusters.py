@@ -18,7 +18,8 @@ import pytest
 from tests.helpers.clusters import local_slurm, slurm_missing_reason
 from tests.helpers.paths import REPO, SCRIPTS
 
-pytestmark = pytest.mark.multiprocess  # every test here spawns ranks or runs a launcher/scheduler
+# every test here spawns ranks or runs a launcher/scheduler; the local SLURM is the machine's one
+pytestmark = [pytest.mark.multiprocess, pytest.mark.machine]
 
 PROBE = str(SCRIPTS / "launch_probe.py")
 

@@ -40,6 +40,7 @@ from tests.helpers.run_outputs import assert_params, final_params
 from tests.helpers.trainer_runs import BASE
 
 pytestmark = [
+    pytest.mark.machine,  # network namespaces: one multi-host test at a time
     pytest.mark.multiprocess,
     pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable())),
 ]

@@ -21,6 +21,7 @@ from tests.helpers.paths import SCRIPTS
 from tests.helpers.proc_tree import process_tree
 
 pytestmark = [
+    pytest.mark.machine,  # network namespaces: one multi-host test at a time
     pytest.mark.multiprocess,
     pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable())),
 ]
