@@ -26,6 +26,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("machine"):
             item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
+    # The longest first (the machine group is ~10 minutes on one worker, the long tests minutes
+    # each): started last, they would leave one worker running alone at the end.
+    items.sort(key=lambda item: 0 if item.get_closest_marker("machine") or item.get_closest_marker("long") else 1)
 
 
 @pytest.fixture(autouse=True)

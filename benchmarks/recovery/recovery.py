@@ -39,7 +39,7 @@ COMMANDS = {
 }
 FLAVOUR = {"neural_arch": "ours", "torchrun": "plain", "warm": "ours"}
 WARM = [*COMMANDS["neural_arch"], "--warm-spares"]
-WARM_WAIT = 20.0
+WARM_WAIT = 15.0
 """Seconds every job runs before the kill with ``--warm``: launcher/warm.py's REFILL_DELAY (10 s)
 and the spares' own start."""
 

@@ -60,6 +60,7 @@ def test_two_ranks_log_each_ranks_compute_time_and_the_whole_jobs_flops(tmp_path
         assert row["perf/mfu"] == pytest.approx(row["perf/flops_per_s"] / 2e9, rel=1e-9)
 
 
+@pytest.mark.long  # ~1.5 minutes: three sharded layouts and one process
 @pytest.mark.timeout(300)
 def test_sharded_layouts_count_the_same_flops_per_step_as_one_process(tmp_path):
     """A tiny GPT: FSDP x2 (each rank computes half the batch) and TP x2 (DTensor ops counted whole

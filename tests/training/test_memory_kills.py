@@ -41,6 +41,7 @@ def _weights(run) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # 2-5 minutes each
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_twenty_kills_resume_from_memory_bitwise(tmp_path, ranks):

@@ -189,7 +189,7 @@ class RobustElasticAgent(LocalElasticAgent):
             pids = super()._start_workers(worker_group)
         if self._pcontext is not None:
             self._pcontext.close = waking_first(
-                self._pcontext.close, self._pcontext.pids, self._crashed, self._writes_stacks
+                self._pcontext.close, self._pcontext.pids, self._crashed, self._writes_stacks, self._failed
             )
         return pids
 
@@ -211,14 +211,19 @@ class RobustElasticAgent(LocalElasticAgent):
         """Whether a worker of this attempt has ended by failing (an error exit or a fatal signal),
         not by stopping on request (it said so after saving: channel.py) or finishing; if so,
         the ones still running are remembered as stopped by the launcher (the summary says so)."""
-        handlers = getattr(self._pcontext, "subprocess_handlers", None) or {}
-        codes = {handler.proc.pid: (rank, handler.proc.poll()) for rank, handler in handlers.items()}
-        if not any(
-            code not in (None, 0) and self._heard(rank, STOP, pid) is None for pid, (rank, code) in codes.items()
-        ):
+        if not self._failed():
             return False
-        self._killed.update(pid for pid, (_, code) in codes.items() if code is None)  # about to be killed
+        self._killed.update(pid for pid, (_, code) in self._codes().items() if code is None)  # about to be killed
         return True
+
+    def _codes(self) -> dict[int, tuple[int, Optional[int]]]:
+        handlers = getattr(self._pcontext, "subprocess_handlers", None) or {}
+        return {handler.proc.pid: (rank, handler.proc.poll()) for rank, handler in handlers.items()}
+
+    def _failed(self) -> bool:
+        """Whether a worker of this attempt has failed (``_crashed`` without its record)."""
+        codes = self._codes().items()
+        return any(code not in (None, 0) and self._heard(rank, STOP, pid) is None for pid, (rank, code) in codes)
 
     def _stop_signal(self, local_rank: int, pid: int) -> Optional[int]:
         said = self._heard(local_rank, STOP, pid)

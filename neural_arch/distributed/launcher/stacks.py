@@ -84,6 +84,35 @@ def await_delivery(pids: list[int], signum: int, deadline: float) -> None:
         time.sleep(0.01)
 
 
+QUIET_POLLS = 3
+"""``await_written``: polls 10 ms apart in which no asked process wrote a byte: its dump is done."""
+
+
+def await_written(pids: list[int], deadline: float) -> None:
+    """Wait until no process of ``pids`` has written anything for ``QUIET_POLLS`` polls (its
+    ``/proc/PID/io`` ``wchar``: a stack dump is written by the signal handler in one burst), or
+    ``deadline``. Without /proc, until ``deadline``."""
+
+    def written() -> dict[int, int]:
+        counts = {}
+        for pid in pids:
+            try:
+                text = Path(f"/proc/{pid}/io").read_text()
+            except OSError:
+                continue  # gone, or no /proc
+            counts[pid] = next((int(line.split()[1]) for line in text.splitlines() if line.startswith("wchar:")), 0)
+        return counts
+
+    before, quiet = written(), 0
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+        now = written()
+        quiet = quiet + 1 if now == before and Path("/proc/self/io").exists() else 0
+        if quiet >= QUIET_POLLS:
+            return
+        before = now
+
+
 def handles(pid: int, signum: int) -> bool:
     """Whether process ``pid`` catches or ignores ``signum`` (/proc's SigCgt and SigIgn masks), so
     sending it cannot kill the process; False when it is gone. Without /proc (not Linux): True."""

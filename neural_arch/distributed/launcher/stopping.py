@@ -14,12 +14,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from neural_arch.distributed.launcher.stacks import STACKS_SIGNAL, await_delivery, handles, signal_main_thread
+from neural_arch.distributed.launcher.stacks import (
+    STACKS_SIGNAL,
+    await_delivery,
+    await_written,
+    handles,
+    signal_main_thread,
+)
 
 __all__ = ["KILL_WAIT", "live_members", "stat_fields", "waking_first"]
 
 STACKS_WAIT = 0.2
-"""Seconds the workers get to write their stacks once the signal is delivered (a dump takes milliseconds)."""
+"""Seconds the workers get to write their stacks once the signal is delivered (a dump takes
+milliseconds); after a crash, at most this long, until they stop writing."""
 KILL_WAIT = 10
 """Seconds at most to wait for SIGKILLed workers to exit (a process in uninterruptible sleep may not)."""
 STACKS_DELIVERY = 3.0
@@ -41,6 +48,7 @@ def waking_first(
     pids: Callable[[], dict[int, int]],
     crashed: Callable[[], bool],
     listening: Callable[[int, int], bool] = lambda local_rank, pid: False,
+    failed: Callable[[], bool] = lambda: False,
 ) -> Callable[..., None]:
     """``close`` (torch's: SIGTERM the workers, wait up to 30 s, SIGKILL) preceded by a SIGCONT to
     every worker's process group. A stopped (SIGSTOP, ^Z) worker cannot act on SIGTERM, so a
@@ -56,7 +64,8 @@ def waking_first(
     in which ranks finish a checkpoint.
 
     ``listening(local_rank, pid)``: whether that worker said it writes its stacks on
-    ``STACKS_SIGNAL`` (agent.py asks the launcher's channel); no other worker is sent it."""
+    ``STACKS_SIGNAL`` (agent.py asks the launcher's channel); no other worker is sent it.
+    ``failed()``: whether a worker has failed (as ``crashed``, without recording anything)."""
 
     def wake_then_close(*args: Any, **kwargs: Any) -> None:
         ranks = pids()
@@ -81,7 +90,12 @@ def waking_first(
                 pass
         if asked:
             await_delivery(asked, STACKS_SIGNAL, time.monotonic() + STACKS_DELIVERY)
-            time.sleep(STACKS_WAIT)
+            if not args and not kwargs and failed():
+                # A rank died: the others' stacks are collateral evidence, and every 0.1 s is a
+                # restart's; go on once they have stopped writing (a dump takes milliseconds).
+                await_written(asked, time.monotonic() + STACKS_WAIT)
+            else:  # a hang: the stacks are the evidence, give them the whole wait
+                time.sleep(STACKS_WAIT)
         if not args and not kwargs and crashed():
             # SIGKILL, then wait for the exits (milliseconds; bounded for a worker stuck in the
             # kernel), so they are recorded with the failure.
