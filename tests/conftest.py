@@ -22,6 +22,7 @@ MACHINE_GROUP = "machine"
 they all run on one worker, so two never share a local SLURM, the namespaces' addresses or Ray."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("machine"):
