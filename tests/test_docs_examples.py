@@ -121,9 +121,9 @@ def page_params() -> list:
     """One case per page, its hard timeout the sum of its blocks' (a hang fails, never blocks CI)."""
     cases = []
     for page in PAGES:
-        count = len(runnable(blocks(page.read_text(encoding="utf-8"))))
-        marks = [pytest.mark.timeout(60 + BLOCK_TIMEOUT * count)]
-        if any(block.marker == "needs" for block in blocks(page.read_text(encoding="utf-8"))):
+        found = blocks(page.read_text(encoding="utf-8"))
+        marks = [pytest.mark.timeout(60 + BLOCK_TIMEOUT * len(runnable(found)))]
+        if any(block.marker == "needs" for block in found):
             marks.append(pytest.mark.machine)  # a local SLURM or mpirun, one at a time
         cases.append(pytest.param(page, id=page_id(page), marks=marks))
     return cases

@@ -6,7 +6,7 @@ Use: ``neural-arch launch --warm-spares ...`` (``LaunchConfig.warm_spares``); th
     pool = WarmPool(size=nproc, parent_pid=os.getpid())
     with pool.serving():                # torch elastic's next group start takes spares
         super()._start_workers(group)
-    pool.fill()                         # later, once the new group is running: the next restart's spares
+    pool.refill_if_due()                # each monitor pass: the next restart's spares, REFILL_DELAY s after a start
     pool.close()                        # at the job's end
 
 Why: a restart after a failure is mostly the replacement workers' start-up (benchmarks/recovery:
@@ -15,7 +15,7 @@ so the pool holds one spare per local rank: ``python -u worker.py --warm-spare F
 that imported torch and waits on a pipe. Starting a group, torch elastic builds one
 ``SubprocessHandler`` per rank, whose ``_popen`` starts ``python -u worker.py ...``; ours
 (``WarmHandler``) instead writes that command line and environment into a spare's pipe, and the
-spare runs it (``worker.serve_as_spare``), so torch elastic supervises, signals and reaps the
+spare runs it (``spare.wait_for_work``, then ``worker.main``), so torch elastic supervises, signals and reaps the
 same kind of process it would have started: the spare was started the same way (its own session,
 the launcher's streams) by the same thread (its parent-death signal, lifeline.py).
 
@@ -104,9 +104,9 @@ class WarmPool:
         self.python = python
         self.spares: list[Spare] = []
         self.taken = 0
-        """Group members started from a spare so far (the launcher's summary and tests read it)."""
+        """Group members started from a spare so far."""
         self.cold = 0
-        """Group members started cold while the pool was serving."""
+        """Group members started cold while the pool was serving (with ``taken``: whether a group started yet)."""
         self.refill_at: Optional[float] = None
 
     def command(self, pipe: int) -> list[str]:
@@ -114,7 +114,9 @@ class WarmPool:
 
     def fill(self) -> None:
         """Start spares until ``size`` are alive (each imports torch, seconds of CPU)."""
-        self.spares = [s for s in self.spares if s.proc.poll() is None or self._drop(s)]
+        for spare in [s for s in self.spares if s.proc.poll() is not None]:
+            self.spares.remove(spare)
+            self._drop(spare)
         while len(self.spares) < self.size:
             read, write = os.pipe()
             env = dict(os.environ)
@@ -149,13 +151,12 @@ class WarmPool:
             return spare.proc
         return None
 
-    def _drop(self, spare: Spare) -> bool:
+    def _drop(self, spare: Spare) -> None:
         with contextlib.suppress(OSError):
             os.close(spare.pipe)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(spare.proc.pid, signal.SIGKILL)
         spare.proc.wait()
-        return False
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[None]:
