@@ -26,7 +26,9 @@ def test_frozen_heap_freezes_what_exists_and_unfreezes_on_error():
             frozen = gc.get_freeze_count()
             assert frozen > 1000  # at least the interpreter's and pytest's own objects
             made = [[i] for i in range(100)]  # new objects are not frozen
-            assert gc.get_freeze_count() == frozen and made
+            # At most as many: a frozen object is still freed when its last reference goes,
+            # and another thread (pytest-xdist's I/O thread) may drop some meanwhile.
+            assert gc.get_freeze_count() <= frozen and made
             raise RuntimeError("boom")
     assert gc.get_freeze_count() == 0
 
