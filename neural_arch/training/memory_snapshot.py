@@ -29,18 +29,15 @@ each node's keeper would hold only its own ranks' parts.
 
 from __future__ import annotations
 
-import io
-import queue
+import os
 import threading
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Optional, cast
-
-import torch
+from typing import Any, Callable, Optional, cast
 
 import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint.background import staged_copy
 from neural_arch.distributed.checkpoint.keeper_file import keeper_address
-from neural_arch.distributed.checkpoint.keeper_protocol import CHUNK, KeeperClient, KeeperError
+from neural_arch.distributed.checkpoint.keeper_protocol import KeeperClient, KeeperError
 from neural_arch.distributed.checkpoint.layout import step_dirs
 from neural_arch.distributed.checkpoint.staging_room import StagingRoom, copy_bytes
 from neural_arch.distributed.checkpoint.untrusted import safe_torch_load
@@ -48,6 +45,7 @@ from neural_arch.distributed.launcher.channel import PROGRESS, tell
 from neural_arch.training.callbacks import Callback, FinishEvent, StepEvent
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.snapshot_parts import PartMismatch, fill_part, local_part
+from neural_arch.training.snapshot_stream import Reader, serialized
 
 REPLICATED_PART = 0
 """A replicated (DDP) state is one part, rank 0's: every rank's copy is the same (RNGs gathered)."""
@@ -66,6 +64,8 @@ class MemorySnapshots(Callback):
         """Steps this rank pushed and the keeper accepted (rank 0: every due step that had room)."""
         self.restored: Optional[int] = None
         """The step this run resumed from out of the keeper's memory (None: it did not)."""
+        self.fetched: Optional[str] = None
+        """How the restored part came: ``mapped`` (the keeper's file, no copy) or ``bytes``."""
         self._thread: Optional[threading.Thread] = None
         self._said: set[str] = set()
 
@@ -100,17 +100,15 @@ class MemorySnapshots(Callback):
         if step is None:  # rank 0's answer: every rank restores the same step, or none does
             return None
         where = f"memory snapshot step {step} at {self.client.address.where}"
-        data, why = bytearray(), None
+        state, why = None, None
         try:
-            data = self.client.get(step, nd.get_rank() if components.sharded_checkpoints else REPLICATED_PART)
+            state = self._fetch(step, nd.get_rank() if components.sharded_checkpoints else REPLICATED_PART, where)
         except KeeperError as exc:
             why = f"rank {nd.get_rank()}: {exc}"
         failed = _first(why)
         if failed is not None:  # every rank goes to the disk together, or none does
             self._say("resume", f"no memory snapshot to resume from ({failed}); resuming from disk")
             return None
-        state = safe_torch_load(_Reader(data), where=where)  # type: ignore[arg-type]
-        del data
         try:
             if components.sharded_checkpoints:  # this rank's own shards, copied into the new layout's
                 components.restore(state["state"], components.cfg.run.seed, fill=_agreed_fill(state["shards"]))
@@ -123,6 +121,22 @@ class MemorySnapshots(Callback):
             print(f"resuming from step {step} of {components.cfg.training.steps} ({where})", flush=True)
         self.restored = step
         return self.restored
+
+    def _fetch(self, step: int, part: int, where: str) -> Any:
+        """The part's state, mapped from the keeper's own memory file where this host can open it
+        (no copy: the weights are copied into place by the restore, the optimizer's state stays a
+        copy-on-write view), else loaded from its bytes over the connection. KeeperError: neither."""
+        try:
+            fd = self.client.open(step, part)
+        except KeeperError:  # another host's keeper, or no /proc here: the bytes instead
+            data = self.client.get(step, part)
+            self.fetched = "bytes"
+            return safe_torch_load(Reader(data), where=where)  # type: ignore[arg-type]
+        try:
+            self.fetched = "mapped"
+            return safe_torch_load(f"/proc/self/fd/{fd}", where=where, mmap=True)
+        finally:
+            os.close(fd)  # the mapping holds the file from here on
 
     def _newest(self, components: TrainingComponents) -> Optional[int]:
         """The keeper's newest complete step, unless a disk checkpoint is newer (the disk resume
@@ -181,7 +195,7 @@ class MemorySnapshots(Callback):
 
     def _send(self, step: int, part: tuple[int, int], staged: object) -> None:
         try:
-            self.client.put(step, part[0], part[1], _serialized(staged))
+            self.client.put(step, part[0], part[1], serialized(staged))
             self.pushed.append(step)
             if part[0] == 0:  # progress for the launcher's restart policy, as a save is
                 tell(PROGRESS, f"step {step} in memory")
@@ -220,77 +234,3 @@ def _agreed_fill(shards: Any) -> Callable[[Any], None]:
         fill_part(target, shards)
 
     return fill
-
-
-class _Reader(io.RawIOBase):
-    """A seekable reader over the fetched bytes without copying them (``io.BytesIO`` of a
-    ``bytearray`` copies it: the whole snapshot once more, for nothing)."""
-
-    def __init__(self, data: bytearray) -> None:
-        self.view, self.at = memoryview(data), 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, into: Any) -> int:
-        n = min(len(into), len(self.view) - self.at)
-        into[:n] = self.view[self.at : self.at + n]
-        self.at += n
-        return n
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self.at = offset + (0, self.at, len(self.view))[whence]
-        return self.at
-
-    def tell(self) -> int:
-        return self.at
-
-
-def _serialized(state: object) -> Iterator[bytes]:
-    """``torch.save(state)`` in frames of ``CHUNK`` bytes, made as the connection takes them (a
-    thread serializes into a queue of two), so no serialized whole is ever held; a consumer that
-    stops early (the connection broke) stops the serializer too."""
-    frames: queue.Queue[Optional[bytes]] = queue.Queue(maxsize=2)
-    failed: list[BaseException] = []
-    stopped = threading.Event()
-
-    class _Frames(io.RawIOBase):
-        def __init__(self) -> None:
-            self.buffer = bytearray()
-
-        def writable(self) -> bool:
-            return True
-
-        def write(self, data: object) -> int:
-            if stopped.is_set():
-                raise OSError("the snapshot's connection closed")
-            view = memoryview(data).cast("B")  # type: ignore[arg-type]
-            self.buffer += view
-            while len(self.buffer) >= CHUNK:
-                frames.put(bytes(self.buffer[:CHUNK]))
-                del self.buffer[:CHUNK]
-            return len(view)
-
-    def produce() -> None:
-        try:
-            out = _Frames()
-            torch.save(state, cast(IO[bytes], out))
-            frames.put(bytes(out.buffer))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
-            failed.append(exc)
-        finally:
-            frames.put(None)
-
-    threading.Thread(target=produce, name="snapshot-serialize", daemon=True).start()
-    try:
-        while (frame := frames.get()) is not None:
-            yield frame
-    finally:
-        stopped.set()
-        while frame is not None:  # unblock the serializer, which then stops at its next write
-            frame = frames.get()
-    if failed:
-        raise failed[0]

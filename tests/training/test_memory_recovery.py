@@ -66,7 +66,7 @@ def _train(
     # a sharded layout's DTensors gathered whole (a collective, in the same order on every rank)
     plain = trainer.components.placement.plain.state_dict().items()
     state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().numpy().copy() for k, v in plain}
-    return state, None if snapshots is None else (snapshots.restored, snapshots.pushed)
+    return state, None if snapshots is None else (snapshots.restored, snapshots.pushed, snapshots.fetched)
 
 
 def _killed(run: Path, address: KeeperAddress, step: int, *extra: str) -> None:
@@ -88,8 +88,9 @@ def test_ranks_killed_twice_resume_from_memory_bitwise(tmp_path):
         finished = run_ranks(_train, 2, args=(str(run), keeper.address, None), timeout=120)
         assert keeper.held_bytes <= 16 << 20
     for rank in range(2):
-        weights, (restored, pushed) = finished[rank]
+        weights, (restored, pushed, fetched) = finished[rank]
         assert restored == 9, f"rank {rank} resumed from {restored}, not the keeper's step 9"
+        assert fetched == "mapped", f"rank {rank} read the snapshot as {fetched}, not from the keeper's own file"
         assert pushed == ([12, 15, 18] if rank == 0 else [])
         for name, value in reference[rank][0].items():
             assert torch.equal(torch.from_numpy(weights[name]), torch.from_numpy(value)), (
@@ -115,7 +116,7 @@ def test_fsdp_ranks_killed_resume_from_their_own_shards_bitwise(tmp_path):
         assert keeper.newest == 6 and not list((run / "checkpoints").glob("step_*"))
         finished = run_ranks(_train, 2, args=(str(run), keeper.address, None, *fsdp), timeout=120)
     for rank in range(2):
-        weights, (restored, pushed) = finished[rank]
+        weights, (restored, pushed, _) = finished[rank]
         assert (restored, pushed) == (6, [9, 12, 15, 18]), f"rank {rank}: restored {restored}, pushed {pushed}"
         for name, value in reference[rank][0].items():
             assert torch.equal(torch.from_numpy(weights[name]), torch.from_numpy(value)), f"rank {rank} {name}"
@@ -134,7 +135,7 @@ def test_a_disk_checkpoint_newer_than_the_keepers_step_wins(tmp_path):
         assert keeper.newest == 6
         finished = run_ranks(_train, 2, args=(str(run), keeper.address, None, *disk), timeout=120)
     for rank in range(2):
-        weights, (restored, _) = finished[rank]
+        weights, (restored, _, _) = finished[rank]
         assert restored is None, f"rank {rank} resumed from the keeper's step {restored}, not the disk's 8"
         for name, value in reference[rank][0].items():
             assert torch.equal(torch.from_numpy(weights[name]), torch.from_numpy(value)), f"rank {rank} {name}"
@@ -146,4 +147,4 @@ def test_a_keeper_without_room_refuses_every_push_and_training_goes_on(tmp_path)
     with SnapshotKeeper(JobToken("test-job", "the test"), capacity=1000) as keeper:  # far below one snapshot
         finished = run_ranks(_train, 2, args=(str(tmp_path / "run"), keeper.address, None), timeout=120)
         assert keeper.newest is None and keeper.held_bytes == 0
-    assert [pushed for _, (_, pushed) in finished] == [[], []]
+    assert [pushed for _, (_, pushed, _) in finished] == [[], []]

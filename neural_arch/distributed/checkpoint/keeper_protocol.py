@@ -6,6 +6,7 @@ Use (a worker; ``address`` names the keeper its launcher agent runs)::
     client.put(step=6, part=0, parts=1, chunks=stream)   # stream: an iterable of bytes
     step = client.newest()                               # the newest complete step, or None
     data = client.get(step, part=0)                      # that part's bytes
+    fd = client.open(step, part=0)                       # or the keeper's own file of them (same host)
 
 Every connection carries one request. It opens with the job-token handshake of
 ``launcher/job_token.py`` (the keeper challenges, the worker proves the token; the token never
@@ -13,17 +14,21 @@ crosses the wire), then the worker sends one JSON line (``{"op": "put"|"get"|"ne
 a ``put`` follows it with frames (8-byte big-endian length, then that many bytes; length 0
 ends), so neither side needs the snapshot's size before it is serialized. The keeper answers
 one JSON line (``{"error": "..."}`` on refusal); a ``get``'s answer ``{"step": S, "size": n}``
-is followed by the ``n`` bytes.
+is followed by the ``n`` bytes. An ``open``'s answer names the keeper's file of the part
+(``keeper_blob.py``: pid, descriptor, device, inode, size); the worker opens it and answers one
+line, and until then the keeper holds that descriptor open for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
+from neural_arch.distributed.checkpoint.keeper_blob import open_identified
 from neural_arch.distributed.launcher.job_token import HANDSHAKE_SECONDS, JobToken, respond
 
 CHUNK = 4 << 20
@@ -134,6 +139,24 @@ class KeeperClient:
             send_line(sock, {"op": "get", "step": step, "part": part})
             answer = self._answer(sock)
             return read_exact(sock, int(answer["size"]))
+
+    def open(self, step: int, part: int) -> int:
+        """A read-only descriptor of the keeper's own file of part ``part`` of step ``step`` (the
+        caller closes it); KeeperError if refused, or if that file cannot be opened from here
+        (another host, no /proc): ``get`` then brings the bytes instead."""
+        with self._connect() as sock:
+            send_line(sock, {"op": "open", "step": step, "part": part})
+            answer = self._answer(sock)
+            fd, why = None, ""
+            try:
+                fd = open_identified(answer)
+            except (OSError, KeyError, TypeError, ValueError) as exc:
+                why = str(exc)
+            with contextlib.suppress(OSError):  # a keeper that went away has let its descriptor go anyway
+                send_line(sock, {"opened": fd is not None})
+        if fd is None:
+            raise KeeperError(f"cannot open the snapshot keeper's file of step {step} part {part}: {why}")
+        return fd
 
     def _connect(self) -> socket.socket:
         where = self.address.where

@@ -22,6 +22,15 @@ frames arrive), so with ``capacity`` = 2 x one step's snapshot the newest step i
 next arrives. A push that would exceed it is refused with the numbers (its frames are read and
 dropped) and the complete step stays. Frames are at most ``keeper_protocol.CHUNK`` bytes.
 
+Where the bytes live: each part in its own sealed memory file (``memfd``: shared memory, no
+disk, charged to the keeper's process). A worker on this host asks ``open`` and reads the part
+straight from that file (``/proc/<keeper>/fd/<n>``, checked by inode), so a restore neither
+streams it through a socket nor holds a second copy: ``training/memory_snapshot.py`` maps it
+(``torch.load(mmap=True)``), copies the weights into place, and the optimizer state stays a
+copy-on-write view of it. The node therefore keeps the last part a worker opened until those
+workers end (their next restart): the keeper counts those bytes against ``capacity`` too.
+``get`` (the bytes over the connection) stays for a worker that cannot open the file.
+
 Where it runs: the launcher starts one per node for the job's lifetime (``launcher/keeper.py``)
 and leaves its address in each worker's folder (``keeper_file.py``); the trainer pushes to it
 every ``checkpoint.memory_every`` steps. Design for the pieces not built yet (issue 36, build 1):
@@ -33,11 +42,13 @@ every ``checkpoint.memory_every`` steps. Design for the pieces not built yet (is
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
+from neural_arch.distributed.checkpoint.keeper_blob import Blob
 from neural_arch.distributed.checkpoint.keeper_protocol import (
     IO_SECONDS,
     KeeperAddress,
@@ -51,18 +62,23 @@ from neural_arch.distributed.launcher.job_token import HANDSHAKE_SECONDS, JobTok
 
 @dataclass
 class _Step:
-    """One step's parts as they arrive (each a list of frames: no whole-snapshot copy is made)."""
+    """One step's parts as they arrive (each in its own sealed memory file)."""
 
     parts: int
-    data: dict[int, list[bytes]] = field(default_factory=dict)
+    data: dict[int, Blob] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
-        return sum(len(frame) for frames in self.data.values() for frame in frames)
+        return sum(blob.size for blob in self.data.values())
 
     @property
     def complete(self) -> bool:
         return len(self.data) == self.parts
+
+    def close(self) -> None:
+        """Give the parts' memory back (a worker that opened one keeps its own reference)."""
+        for blob in self.data.values():
+            blob.close()
 
 
 class SnapshotKeeper:
@@ -76,6 +92,8 @@ class SnapshotKeeper:
         self._pending: Optional[tuple[int, _Step]] = None
         self._incoming = 0
         """Bytes of pushes still arriving (counted against ``capacity`` until they end)."""
+        self._opened: Optional[tuple[int, int]] = None
+        """(step, bytes) of the step workers last opened: mapped by them until they end."""
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="snapshot-keeper", daemon=True)
 
@@ -108,6 +126,11 @@ class SnapshotKeeper:
             pass
         self._server.close()
         self._thread.join(timeout=5)
+        with self._lock:
+            for held in (self._complete, self._pending):
+                if held is not None:
+                    held[1].close()
+            self._complete = self._pending = None
 
     def __enter__(self) -> SnapshotKeeper:
         return self.start()
@@ -138,6 +161,8 @@ class SnapshotKeeper:
                     send_line(conn, {"step": self.newest})
                 elif op == "get":
                     self._get(conn, int(request["step"]), int(request["part"]))
+                elif op == "open":
+                    self._open(conn, int(request["step"]), int(request["part"]))
                 else:
                     send_line(conn, {"error": f"unknown request {op!r}"})
             except (KeeperError, OSError, ValueError, KeyError, TypeError):
@@ -145,22 +170,26 @@ class SnapshotKeeper:
 
     def _put(self, conn: socket.socket, step: int, part: int, parts: int) -> None:
         why = self._refusal(step, part, parts)
-        frames: list[bytes] = []
+        blob = Blob.new(f"neural_arch-snapshot-{step}-{part}")
         arrived = 0
         try:
             for frame in read_frames(conn):  # read to the end frame even when refused: the answer follows it
                 if why is None:
                     why = self._reserve(len(frame), step, part)
                 if why is None:
-                    frames.append(frame)
+                    blob.write(frame)
                     arrived += len(frame)
+            if why is None:
+                blob.seal()
+                why = self._store(step, part, parts, blob, arrived)
+            else:
+                self._release(arrived)
         except BaseException:
             self._release(arrived)
+            blob.close()
             raise
-        if why is None:
-            why = self._store(step, part, parts, frames, arrived)
-        else:
-            self._release(arrived)
+        if why is not None:
+            blob.close()
         send_line(conn, {"error": why} if why else {"ok": True, "step": step, "part": part})
 
     def _refusal(self, step: int, part: int, parts: int) -> Optional[str]:
@@ -173,8 +202,8 @@ class SnapshotKeeper:
 
     def _reserve(self, size: int, step: int, part: int) -> Optional[str]:
         with self._lock:
-            replaced = self._pending[1].data.get(part, []) if self._pending and self._pending[0] == step else []
-            if self._held() - sum(map(len, replaced)) + size > self.capacity:
+            replaced = self._pending[1].data.get(part) if self._pending and self._pending[0] == step else None
+            if self._held() - (replaced.size if replaced else 0) + size > self.capacity:
                 return (
                     f"step {step} part {part} does not fit: {self._held() + size} bytes would exceed the keeper's "
                     f"capacity of {self.capacity} bytes; the complete step stays"
@@ -186,33 +215,58 @@ class SnapshotKeeper:
         with self._lock:
             self._incoming -= arrived
 
-    def _store(self, step: int, part: int, parts: int, frames: list[bytes], arrived: int) -> Optional[str]:
-        """Keep the arrived ``frames`` (their bytes move from arriving to held under one lock)."""
+    def _store(self, step: int, part: int, parts: int, blob: Blob, arrived: int) -> Optional[str]:
+        """Keep the arrived ``blob`` (its bytes move from arriving to held under one lock)."""
         with self._lock:
             self._incoming -= arrived
             if self._complete is not None and step <= self._complete[0]:
                 return f"step {step} is not newer than the complete step {self._complete[0]} held"
             if self._pending is None or self._pending[0] != step:
-                self._pending = (step, _Step(parts))  # another step's parts were of an attempt that is over
+                if self._pending is not None:  # another step's parts were of an attempt that is over
+                    self._pending[1].close()
+                self._pending = (step, _Step(parts))
             pending = self._pending[1]
             if pending.parts != parts:
                 return f"step {step} was pushed in {pending.parts} parts, now {parts}"
-            pending.data[part] = frames
+            if part in pending.data:
+                pending.data[part].close()
+            pending.data[part] = blob
             if pending.complete:
+                if self._complete is not None:
+                    self._complete[1].close()
                 self._complete, self._pending = self._pending, None
         return None
 
     def _get(self, conn: socket.socket, step: int, part: int) -> None:
+        own = self._held_part(conn, step, part)  # its own descriptor: a newer step closing the keeper's is harmless
+        if own is not None:
+            with own:
+                send_line(conn, {"step": step, "size": own.size})
+                own.send(conn)
+
+    def _open(self, conn: socket.socket, step: int, part: int) -> None:
+        """Where a worker of this host opens the part itself: this process's descriptor of it,
+        with the inode that proves the worker found that file and not one reusing the number."""
+        own = self._held_part(conn, step, part)
+        if own is None:
+            return
+        with self._lock:
+            if self._complete is not None and self._complete[0] == step:
+                self._opened = (step, self._complete[1].size)  # mapped by the workers until they end
+        with own:  # held open until the worker has answered: the number cannot be reused meanwhile
+            send_line(conn, {"step": step, "size": own.size, "pid": os.getpid(), **own.identity})
+            read_line(conn)
+
+    def _held_part(self, conn: socket.socket, step: int, part: int) -> Optional[Blob]:
+        """A duplicate of the complete step's ``part`` (closed by the caller), or None once refused."""
         with self._lock:
             held = self._complete
-        if held is None or held[0] != step or part not in held[1].data:
-            send_line(conn, {"error": f"step {step} part {part} is not held complete (newest: {held and held[0]})"})
-            return
-        frames = held[1].data[part]  # a reference: a newer step replacing it does not change these frames
-        send_line(conn, {"step": step, "size": sum(map(len, frames))})
-        for frame in frames:
-            conn.sendall(frame)
+            if held is not None and held[0] == step and part in held[1].data:
+                return held[1].data[part].dup()
+        send_line(conn, {"error": f"step {step} part {part} is not held complete (newest: {held and held[0]})"})
+        return None
 
     def _held(self) -> int:
-        steps: list[Any] = [s for s in (self._complete, self._pending) if s is not None]
-        return sum(s[1].size for s in steps) + self._incoming
+        steps = [s for s in (self._complete, self._pending) if s is not None]
+        lingering = self._opened[1] if self._opened and all(self._opened[0] != s[0] for s in steps) else 0
+        return sum(s[1].size for s in steps) + self._incoming + lingering

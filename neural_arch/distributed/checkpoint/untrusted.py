@@ -105,11 +105,13 @@ def safe_torch_load(
     source: Union[str, Path, IO[bytes]],
     where: Union[str, Path, None] = None,
     map_location: Union[str, torch.device] = "cpu",
+    mmap: bool = False,
 ) -> Any:
     """``torch.load(source, weights_only=True)``; a pickle needing anything else raises
-    ``UnsafeCheckpoint`` naming ``where`` (default: ``source``) and what it needed."""
+    ``UnsafeCheckpoint`` naming ``where`` (default: ``source``) and what it needed. ``mmap``
+    (a file path only): the tensors are copy-on-write views of the file, nothing is read yet."""
     try:
-        return torch.load(source, map_location=map_location, weights_only=True)
+        return torch.load(source, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         # torch's message suggests retrying with weights_only=False: exactly wrong for a file
         # that may be malicious, so keep only the line that says what it found.

@@ -6,6 +6,7 @@ process, a keeper thread on 127.0.0.1; under 2 s).
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -101,3 +102,23 @@ def test_a_worker_finds_the_keeper_by_the_file_in_its_folder(keeper, tmp_path, m
     assert keeper.newest == 3
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "elsewhere" / "error.json"))
     assert keeper_address() is None  # a worker of another launcher: no file, no snapshots
+
+
+def test_a_worker_opens_the_keepers_own_sealed_file_which_outlives_the_step(keeper):
+    client = KeeperClient(keeper.address)
+    client.put(3, 0, 1, frames_of(b"three" * 1000))
+    fd = client.open(3, 0)
+    try:
+        assert os.pread(fd, 10, 0) == b"threethree"
+        writer = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)
+        with pytest.raises(PermissionError):  # sealed: nobody writes the keeper's copy, not even through /proc
+            os.write(writer, b"changed")
+        os.close(writer)
+        client.put(6, 0, 1, [b"six"])  # replaces step 3: the keeper lets its file go, the worker's stays
+        assert os.pread(fd, 5, 4995) == b"three"
+        # the opened step is still mapped by the workers that restored from it: counted until they end
+        assert keeper.held_bytes == 3 + 5000
+    finally:
+        os.close(fd)
+    with pytest.raises(KeeperError, match="step 3 part 0 is not held complete"):
+        client.open(3, 0)
