@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.common.jobs import launcher, make_corpus
+from benchmarks.common.jobs import gpt_settings, launcher, make_corpus
 from benchmarks.memory.limited_rank import CGROUP_ROOT, cgroup_path
 from neural_arch.apps.gpt.model import GPT, count_parameters
 
@@ -38,16 +38,8 @@ EXPECTED = {"DDP x2": "killed", "FSDP x2": "trained and saved"}
 def train_args(args: argparse.Namespace, run_dir: Path, corpus: Path) -> list[str]:
     """``neural-arch train`` settings of both jobs (the layout comes on top)."""
     settings = [
-        "run.task=gpt",
+        *gpt_settings(args.d_model, args.layers, corpus),
         f"run.dir={run_dir}",
-        f"model.d_model={args.d_model}",
-        f"model.n_layers={args.layers}",
-        f"model.n_heads={args.d_model // 64}",
-        "model.context=64",
-        f"data.source={corpus.parent / 'source'}",
-        f"data.path={corpus}",
-        "data.val_fraction=0.05",
-        "data.samples_per_epoch=512",
         f"training.steps={args.steps}",
         "training.global_batch_size=4",
         "training.val_batches=1",
