@@ -100,7 +100,8 @@ class MemorySnapshots(Callback):
         if step is None:  # rank 0's answer: every rank restores the same step, or none does
             return None
         where = f"memory snapshot step {step} at {self.client.address.where}"
-        state, why = None, None
+        state: Any = None
+        why: Optional[str] = None
         try:
             state = self._fetch(step, nd.get_rank() if components.sharded_checkpoints else REPLICATED_PART, where)
         except KeeperError as exc:
