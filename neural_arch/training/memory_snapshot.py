@@ -23,8 +23,13 @@ Sharded state (``checkpoint.format: sharded``: FSDP, tensor and pipeline paralle
 pushes its own part (its shards as local tensors, ``snapshot_parts.py``, plus the small state)
 and restores its own part into the new layout's shards; exact on the same world size and mesh,
 which is what a restart inside one launcher gives. Any other layout is refused in one line and
-the run resumes from disk (DCP reshards). On several nodes a sharded run takes none (one line):
-each node's keeper would hold only its own ranks' parts.
+the run resumes from disk (DCP reshards).
+
+Several nodes (``snapshot_ring.py``): each node's keeper holds a whole replicated state (every
+node's lowest rank pushes it) or its own ranks' shards plus the previous node's, so a lost
+host's replacement, or the survivors of an elastic job, find every part on a live node: a rank
+whose own keeper lacks its part fetches it from another node's over the network (``fetched``:
+``peer``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from typing import Any, Callable, Optional, cast
 import neural_arch.distributed as nd
 from neural_arch.distributed.checkpoint.background import staged_copy
 from neural_arch.distributed.checkpoint.keeper_file import keeper_address
-from neural_arch.distributed.checkpoint.keeper_protocol import KeeperClient, KeeperError
+from neural_arch.distributed.checkpoint.keeper_protocol import HeldStep, KeeperAddress, KeeperClient, KeeperError
 from neural_arch.distributed.checkpoint.layout import step_dirs
 from neural_arch.distributed.checkpoint.staging_room import StagingRoom, copy_bytes
 from neural_arch.distributed.checkpoint.untrusted import safe_torch_load
@@ -45,10 +50,13 @@ from neural_arch.distributed.launcher.channel import PROGRESS, tell
 from neural_arch.training.callbacks import Callback, FinishEvent, StepEvent
 from neural_arch.training.components import TrainingComponents
 from neural_arch.training.snapshot_parts import PartMismatch, fill_part, local_part
+from neural_arch.training.snapshot_ring import SnapshotRing
 from neural_arch.training.snapshot_stream import Reader, serialized
 
+Target = tuple[KeeperAddress, Optional[frozenset[int]]]
+"""A keeper a rank pushes its part to, and the parts that keeper holds (``SnapshotRing.targets``)."""
 REPLICATED_PART = 0
-"""A replicated (DDP) state is one part, rank 0's: every rank's copy is the same (RNGs gathered)."""
+"""A replicated (DDP) state is one part, each node's lowest rank's: every rank's copy is the same (RNGs gathered)."""
 
 
 class MemorySnapshots(Callback):
@@ -65,7 +73,12 @@ class MemorySnapshots(Callback):
         self.restored: Optional[int] = None
         """The step this run resumed from out of the keeper's memory (None: it did not)."""
         self.fetched: Optional[str] = None
-        """How the restored part came: ``mapped`` (the keeper's file, no copy) or ``bytes``."""
+        """How the restored part came: ``mapped`` (this node keeper's file, no copy), ``bytes`` (its
+        bytes over the connection) or ``peer`` (from another node's keeper over the network)."""
+        self.source: Optional[str] = None
+        """The snapshot restored and the keeper it came from (``memory snapshot step S at HOST:PORT``)."""
+        self.ring: Optional[SnapshotRing] = None
+        """Every rank's keeper and what each held when this attempt began (restore_training)."""
         self._thread: Optional[threading.Thread] = None
         self._said: set[str] = set()
 
@@ -94,12 +107,15 @@ class MemorySnapshots(Callback):
         the step, or None when the keeper holds none (the run then resumes from disk or anew).
         ``allowed=False`` (``--resume`` none or a path): snapshot from now on, restore nothing."""
         self.components = components
+        self.ring = SnapshotRing.gather(self.client.address, self._held())
         if not allowed:
             return None
-        step = cast(Optional[int], nd.all_gather_object(self._newest(components) if nd.get_rank() == 0 else None)[0])
+        parts = nd.get_world_size() if components.sharded_checkpoints else 1
+        chosen = self._newest(components, parts) if nd.get_rank() == 0 else None
+        step = cast(Optional[int], nd.all_gather_object(chosen)[0])
         if step is None:  # rank 0's answer: every rank restores the same step, or none does
             return None
-        where = f"memory snapshot step {step} at {self.client.address.where}"
+        where = f"memory snapshot step {step}"
         state: Any = None
         why: Optional[str] = None
         try:
@@ -119,17 +135,32 @@ class MemorySnapshots(Callback):
             self._say("resume", f"the memory snapshot does not fit this layout ({exc}); resuming from disk")
             return None
         if nd.get_rank() == 0:
-            print(f"resuming from step {step} of {components.cfg.training.steps} ({where})", flush=True)
+            print(f"resuming from step {step} of {components.cfg.training.steps} ({self.source})", flush=True)
         self.restored = step
         return self.restored
 
     def _fetch(self, step: int, part: int, where: str) -> Any:
-        """The part's state, mapped from the keeper's own memory file where this host can open it
-        (no copy: the weights are copied into place by the restore, the optimizer's state stays a
-        copy-on-write view), else loaded from its bytes over the connection. KeeperError: neither."""
+        """The part's state, mapped from this node keeper's own memory file where this host can
+        open it (no copy: the weights are copied into place by the restore, the optimizer's state
+        stays a copy-on-write view), else loaded from its bytes over the connection, or from
+        another node's keeper where this node's lacks it. KeeperError: none of these."""
+        assert self.ring is not None
+        own, address = self.ring.source(step, part)
+        if address is None:
+            raise KeeperError(f"no keeper holds step {step} part {part}")
+        if not own:
+            data = KeeperClient(address).get(step, part)
+            self.fetched, self.source = "peer", f"{where} at {address.where}"
+            # every such rank says it: the only traffic between nodes a restore makes
+            print(
+                f"rank {nd.get_rank()}: part {part} of {self.source}, another node's keeper ({len(data)} bytes)",
+                flush=True,
+            )
+            return safe_torch_load(Reader(data), where=self.source)  # type: ignore[arg-type]
+        where = self.source = f"{where} at {self.client.address.where}"
         try:
             fd = self.client.open(step, part)
-        except KeeperError:  # another host's keeper, or no /proc here: the bytes instead
+        except KeeperError:  # no /proc here, or another pid namespace: the bytes instead
             data = self.client.get(step, part)
             self.fetched = "bytes"
             return safe_torch_load(Reader(data), where=where)  # type: ignore[arg-type]
@@ -139,14 +170,20 @@ class MemorySnapshots(Callback):
         finally:
             os.close(fd)  # the mapping holds the file from here on
 
-    def _newest(self, components: TrainingComponents) -> Optional[int]:
-        """The keeper's newest complete step, unless a disk checkpoint is newer (the disk resume
-        then takes it: fewer steps to recompute) or the keeper cannot be reached (said in one line)."""
+    def _held(self) -> Optional[HeldStep]:
+        """What this node's keeper holds complete (None: nothing, or it cannot be reached: rank 0
+        says so in one line)."""
         try:
-            newest = self.client.newest()
+            return self.client.held()
         except KeeperError as exc:
-            self._say("resume", f"no memory snapshot to resume from ({exc}); resuming from disk")
+            self._say("resume", f"no memory snapshot in this node's keeper ({exc})")
             return None
+
+    def _newest(self, components: TrainingComponents, parts: int) -> Optional[int]:
+        """The newest step of which the keepers hold every part, unless a disk checkpoint is
+        newer (the disk resume then takes it: fewer steps to recompute)."""
+        assert self.ring is not None
+        newest = self.ring.newest(parts)
         on_disk = step_dirs(Path(components.cfg.run.dir) / "checkpoints")  # names only: the disk resume verifies
         return None if newest is None or (on_disk and on_disk[-1][0] > newest) else newest
 
@@ -161,17 +198,13 @@ class MemorySnapshots(Callback):
         """Snapshot ``components`` now (every rank; collective) and send it behind training."""
         self.wait()  # one push in flight: the keeper's footprint counts on it
         sharded = components.sharded_checkpoints
-        if sharded and nd.detect_cluster_env().num_nodes > 1:  # the same answer on every rank
-            self._say(
-                "nodes",
-                "memory snapshots of a sharded layout on several nodes are not built yet (each node's "
-                "keeper would hold only its own ranks' parts); none taken, a restart resumes from disk",
-            )
-            return
+        if self.ring is None:  # pushed without a restore first (collective, as push is)
+            self.ring = SnapshotRing.gather(self.client.address, None)
+        targets = self.ring.targets(sharded)
         state: dict[str, Any] = components.checkpoint_state()  # collective: every rank's RNG
         if sharded:  # every rank pushes its own shards (a collective: some DTensors are redistributed)
             state = {"state": state, "shards": local_part(components.shard_state())}
-        pushes = sharded or nd.get_rank() == 0
+        pushes = bool(targets)
         host, device = copy_bytes(state) if pushes else (0, 0)
         reasons = nd.all_gather_object(self.room.shortfall(host, device))
         short = next((f"on rank {r} {why}" for r, why in enumerate(reasons) if why is not None), None)
@@ -184,7 +217,7 @@ class MemorySnapshots(Callback):
         del state
         part = (nd.get_rank(), nd.get_world_size()) if sharded else (REPLICATED_PART, 1)
         self._thread = threading.Thread(
-            target=self._send, args=(step, part, staged), name=f"snapshot-{step}", daemon=True
+            target=self._send, args=(step, part, staged, targets), name=f"snapshot-{step}", daemon=True
         )
         self._thread.start()
 
@@ -194,21 +227,29 @@ class MemorySnapshots(Callback):
             self._thread.join()
             self._thread = None
 
-    def _send(self, step: int, part: tuple[int, int], staged: object) -> None:
-        try:
-            self.client.put(step, part[0], part[1], serialized(staged))
-            self.pushed.append(step)
-            if part[0] == 0:  # progress for the launcher's restart policy, as a save is
-                tell(PROGRESS, f"step {step} in memory")
-        except (KeeperError, OSError) as exc:
-            self._say(
-                "push", f"memory snapshot of step {step} not kept ({exc}); the disk checkpoint stays the fallback"
-            )
+    def _send(self, step: int, part: tuple[int, int], staged: object, targets: list[Target]) -> None:
+        """Stream ``staged`` to each keeper of ``targets`` in turn (this node's first)."""
+        for i, (address, holds) in enumerate(targets):
+            client = self.client if i == 0 else KeeperClient(address)
+            try:
+                client.put(step, part[0], part[1], serialized(staged), holds)
+            except (KeeperError, OSError) as exc:
+                self._say(
+                    "push",
+                    f"memory snapshot of step {step} not kept at {address.where} ({exc}); the disk checkpoint "
+                    "stays the fallback",
+                    anywhere=True,
+                )
+                continue
+            if i == 0:
+                self.pushed.append(step)
+                if self.ring is not None and self.ring.leader:  # progress for the launcher's restart policy
+                    tell(PROGRESS, f"step {step} in memory")
 
-    def _say(self, kind: str, line: str) -> None:
-        """``line`` from rank 0, the first time a message of ``kind`` comes up in this run (every
-        choice here is agreed or rank 0's own: it pushes, and it asks the keeper first)."""
-        if kind not in self._said and nd.get_rank() == 0:
+    def _say(self, kind: str, line: str, anywhere: bool = False) -> None:
+        """``line`` from rank 0 (or this rank: ``anywhere``, for what only it sees, e.g. a push
+        refused by another node's keeper), the first time a message of ``kind`` comes up in this run."""
+        if kind not in self._said and (anywhere or nd.get_rank() == 0):
             self._said.add(kind)
             print(f"note: {line}", flush=True)
 

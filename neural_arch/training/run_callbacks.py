@@ -50,11 +50,13 @@ class RunCallbacks:
     def for_run(
         cls, callbacks: Sequence[Callback], on_step: Optional[Callable[[int], None]], steps: int, memory_every: int = 0
     ) -> RunCallbacks:
-        """The user's callbacks, ``train(on_step=fn)`` as one more, memory snapshots every
-        ``memory_every`` steps where the launcher keeps them (memory_snapshot.py), and in a Kubeflow
+        """Memory snapshots every ``memory_every`` steps where the launcher keeps them
+        (memory_snapshot.py), the user's callbacks, ``train(on_step=fn)`` as one more, and in a Kubeflow
         TrainJob pod whose status server is set, a progress reporter (kubeflow_progress.py)."""
-        own = [*callbacks, *([StepFunction(on_step)] if on_step is not None else [])]
-        own += MemorySnapshots.for_run(memory_every)
+        # The snapshots first: a step's snapshot is taken as the step ends, whatever a user's
+        # callback then does (waits, stops the run, or is where the rank dies).
+        own = [*MemorySnapshots.for_run(memory_every), *callbacks]
+        own += [StepFunction(on_step)] if on_step is not None else []
         return cls(with_trainjob_progress(own), steps)
 
     @property

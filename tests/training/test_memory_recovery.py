@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import pytest
 import torch
@@ -32,6 +32,7 @@ from tests.helpers.multiproc import RankFailed, run_ranks
 from tests.helpers.trainer_runs import TWENTY_STEPS
 
 EVERY = 3
+Keepers = Optional[Union[KeeperAddress, list[KeeperAddress]]]
 
 
 class _KillAt(Callback):
@@ -46,9 +47,9 @@ class _KillAt(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _train(
-    rank: int, world: int, run: str, address: Optional[KeeperAddress], kill_at: Optional[int], *extra: str
-) -> Any:
+def _train(rank: int, world: int, run: str, address: Keepers, kill_at: Optional[int], *extra: str) -> Any:
+    """Train (``address``: the keeper of every rank, or one per rank: a node each), return the
+    weights and what the snapshots did."""
     from neural_arch.training.config import load_config
     from neural_arch.training.memory_snapshot import MemorySnapshots
     from neural_arch.training.trainer import Trainer
@@ -56,7 +57,7 @@ def _train(
     callbacks: list[Callback] = []
     snapshots = None
     if address is not None:
-        snapshots = MemorySnapshots(KeeperClient(address), every=EVERY)
+        snapshots = MemorySnapshots(KeeperClient(address[rank] if isinstance(address, list) else address), every=EVERY)
         callbacks.append(snapshots)
     if kill_at is not None:
         callbacks.append(_KillAt(kill_at, snapshots))
@@ -69,7 +70,7 @@ def _train(
     return state, None if snapshots is None else (snapshots.restored, snapshots.pushed, snapshots.fetched)
 
 
-def _killed(run: Path, address: KeeperAddress, step: int, *extra: str) -> None:
+def _killed(run: Path, address: Keepers, step: int, *extra: str) -> None:
     with pytest.raises(RankFailed, match="exited with code -9"):
         run_ranks(_train, 2, args=(str(run), address, step, *extra), timeout=120)
     if not extra:
@@ -148,3 +149,39 @@ def test_a_keeper_without_room_refuses_every_push_and_training_goes_on(tmp_path)
         finished = run_ranks(_train, 2, args=(str(tmp_path / "run"), keeper.address, None), timeout=120)
         assert keeper.newest is None and keeper.held_bytes == 0
     assert [pushed for _, (_, pushed, _) in finished] == [[], []]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("layout", ["ddp", "fsdp"])
+def test_a_node_lost_with_its_keeper_resumes_from_the_other_nodes_copy_bitwise(tmp_path, layout):
+    """Two nodes of one rank each, each with its own keeper (two launchers' keepers, two tokens;
+    ``training/snapshot_ring.py``). Both ranks are killed after step 7; then one node comes back
+    as a new host would, its keeper empty: DDP loses rank 0's node (before the ring, the only
+    node holding the replicated state), FSDP rank 1's (its shards exist only in its part). The
+    restarted rank on the new node fetches its part over TCP from the surviving node's keeper
+    (``peer``), the other maps its own; no checkpoint file is read and the weights end equal
+    to the uninterrupted 2-rank run's exactly."""
+    extra = ("parallel.dp_shard=2",) if layout == "fsdp" else ()
+    lost = 0 if layout == "ddp" else 1
+    reference = run_ranks(_train, 2, args=(str(tmp_path / "reference"), None, None, *extra), timeout=120)
+    run = tmp_path / "run"
+    tokens = [JobToken(f"node-{n}-keeper", "the test") for n in range(2)]
+    keepers = [SnapshotKeeper(token, capacity=16 << 20).start() for token in tokens]
+    try:
+        _killed(run, [k.address for k in keepers], 7, *extra)
+        assert [k.newest for k in keepers] == [6, 6]
+        assert not list((run / "checkpoints").glob("step_*"))
+        keepers[lost].close()  # the host is gone with its keeper; its replacement starts an empty one
+        keepers[lost] = SnapshotKeeper(JobToken("new-host-keeper", "the test"), capacity=16 << 20).start()
+        finished = run_ranks(_train, 2, args=(str(run), [k.address for k in keepers], None, *extra), timeout=120)
+        assert [k.newest for k in keepers] == [18, 18]  # both nodes hold a copy again
+    finally:
+        for keeper in keepers:
+            keeper.close()
+    for rank in range(2):
+        weights, (restored, _, fetched) = finished[rank]
+        assert restored == 6, f"rank {rank} resumed from {restored}, not step 6"
+        assert fetched == ("peer" if rank == lost else "mapped"), f"rank {rank} fetched its part as {fetched}"
+        for name, value in reference[rank][0].items():
+            assert torch.equal(torch.from_numpy(weights[name]), torch.from_numpy(value)), f"rank {rank} {name}"
+    assert "start: world 2, step 6 (resumed from step 6)" in (run / "logs" / "rank_0.log").read_text()

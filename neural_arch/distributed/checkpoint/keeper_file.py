@@ -31,7 +31,8 @@ def write_keeper_file(folder: Path, address: KeeperAddress) -> Path:
     """Leave ``address`` (with its token) for the worker whose folder is ``folder``; the file's path."""
     folder.mkdir(parents=True, exist_ok=True)
     path, tmp = folder / KEEPER_FILE, folder / f".{KEEPER_FILE}.{os.getpid()}"
-    text = json.dumps({"host": address.host, "port": address.port, "token": address.token.value})
+    found = {"host": address.host, "port": address.port, "token": address.token.value, "reach": address.reach}
+    text = json.dumps(found)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(text)
@@ -43,7 +44,9 @@ def read_keeper_file(folder: Path) -> Optional[KeeperAddress]:
     """The address in ``folder``'s keeper file; None where there is none or it cannot be read whole."""
     try:
         found = json.loads((folder / KEEPER_FILE).read_text())
-        return KeeperAddress(str(found["host"]), int(found["port"]), JobToken(str(found["token"]), KEEPER_FILE))
+        reach = found.get("reach")
+        token = JobToken(str(found["token"]), KEEPER_FILE)
+        return KeeperAddress(str(found["host"]), int(found["port"]), token, None if reach is None else str(reach))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

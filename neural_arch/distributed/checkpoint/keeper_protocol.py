@@ -5,6 +5,7 @@ Use (a worker; ``address`` names the keeper its launcher agent runs)::
     client = KeeperClient(KeeperAddress("127.0.0.1", port, token))
     client.put(step=6, part=0, parts=1, chunks=stream)   # stream: an iterable of bytes
     step = client.newest()                               # the newest complete step, or None
+    held = client.held()                                 # HeldStep(step, parts, held): which parts it has
     data = client.get(step, part=0)                      # that part's bytes
     fd = client.open(step, part=0)                       # or the keeper's own file of them (same host)
 
@@ -13,7 +14,10 @@ Every connection carries one request. It opens with the job-token handshake of
 crosses the wire), then the worker sends one JSON line (``{"op": "put"|"get"|"newest", ...}``);
 a ``put`` follows it with frames (8-byte big-endian length, then that many bytes; length 0
 ends), so neither side needs the snapshot's size before it is serialized. The keeper answers
-one JSON line (``{"error": "..."}`` on refusal); a ``get``'s answer ``{"step": S, "size": n}``
+one JSON line (``{"error": "..."}`` on refusal). A ``put`` may name the parts this keeper is to
+hold of the step (``holds``: a node's keeper in a multi-node job holds its own ranks' parts and
+the previous node's, ``training/snapshot_ring.py``; default every part), and a ``newest``
+answers which parts it holds of its complete step (``parts``, ``held``). A ``get``'s answer ``{"step": S, "size": n}``
 is followed by the ``n`` bytes. An ``open``'s answer names the keeper's file of the part
 (``keeper_blob.py``: pid, descriptor, device, inode, size); the worker opens it and answers one
 line, and until then the keeper holds that descriptor open for it.
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
 from neural_arch.distributed.checkpoint.keeper_blob import open_identified
-from neural_arch.distributed.launcher.job_token import HANDSHAKE_SECONDS, JobToken, respond
+from neural_arch.distributed.launcher.job_token import HANDSHAKE_SECONDS, ForeignJobError, JobToken, respond
 
 CHUNK = 4 << 20
 """Bytes per frame a worker sends (and per receive the keeper makes): a bounded buffer on both sides."""
@@ -51,10 +55,30 @@ class KeeperAddress:
     host: str
     port: int
     token: JobToken
+    reach: Optional[str] = None
+    """The address every node reaches this keeper at (a multi-node job's, then also ``host``;
+    None: a keeper on loopback, for this node's workers only)."""
 
     @property
     def where(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def local_only(self) -> bool:
+        """Whether only this node's workers can reach it (on loopback: no ``reach``)."""
+        return self.reach is None
+
+
+@dataclass(frozen=True)
+class HeldStep:
+    """What a keeper holds complete: ``step``, pushed in ``parts`` parts, of which it holds ``held``."""
+
+    step: int
+    parts: int
+    held: tuple[int, ...]
+
+    def has(self, step: int, part: int) -> bool:
+        return self.step == step and part in self.held
 
 
 def send_line(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -118,20 +142,34 @@ class KeeperClient:
     def __init__(self, address: KeeperAddress) -> None:
         self.address = address
 
-    def put(self, step: int, part: int, parts: int, chunks: Iterable[bytes]) -> int:
-        """Give the keeper ``part`` of ``parts`` of step ``step``; the bytes sent. KeeperError if refused."""
+    def put(
+        self, step: int, part: int, parts: int, chunks: Iterable[bytes], holds: Optional[Iterable[int]] = None
+    ) -> int:
+        """Give the keeper ``part`` of ``parts`` of step ``step`` (of which it is to hold the parts
+        ``holds``, default all); the bytes sent. KeeperError if refused."""
+        request: dict[str, Any] = {"op": "put", "step": step, "part": part, "parts": parts}
+        if holds is not None:
+            request["holds"] = sorted(holds)
         with self._connect() as sock:
-            send_line(sock, {"op": "put", "step": step, "part": part, "parts": parts})
+            send_line(sock, request)
             sent = send_frames(sock, chunks)
             self._answer(sock)
         return sent
 
     def newest(self) -> Optional[int]:
-        """The newest step the keeper holds complete (every part), or None."""
+        """The newest step the keeper holds complete (every part it is to hold), or None."""
+        held = self.held()
+        return None if held is None else held.step
+
+    def held(self) -> Optional[HeldStep]:
+        """The newest step the keeper holds complete and which parts of it, or None."""
         with self._connect() as sock:
             send_line(sock, {"op": "newest"})
-            step = self._answer(sock).get("step")
-        return None if step is None else int(step)
+            answer = self._answer(sock)
+        if answer.get("step") is None:
+            return None
+        held = tuple(int(part) for part in answer.get("held", [0]))
+        return HeldStep(int(answer["step"]), int(answer.get("parts", len(held))), held)
 
     def get(self, step: int, part: int) -> bytearray:
         """Part ``part`` of step ``step`` (KeeperError if the keeper does not hold it complete)."""
@@ -166,6 +204,9 @@ class KeeperClient:
             raise KeeperError(f"cannot reach the snapshot keeper at {where}: {exc.strerror or exc}") from None
         try:
             respond(sock, self.address.token, where)
+        except ForeignJobError:  # another job's keeper (or no keeper of ours) on that port
+            sock.close()
+            raise KeeperError(f"the snapshot keeper at {where} belongs to another job (its token differs)") from None
         except Exception:
             sock.close()
             raise

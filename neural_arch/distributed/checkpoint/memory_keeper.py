@@ -33,11 +33,12 @@ workers end (their next restart): the keeper counts those bytes against ``capaci
 
 Where it runs: the launcher starts one per node for the job's lifetime (``launcher/keeper.py``)
 and leaves its address in each worker's folder (``keeper_file.py``); the trainer pushes to it
-every ``checkpoint.memory_every`` steps. Design for the pieces not built yet (issue 36, build 1):
-- Across nodes: each agent also pushes its complete step to the keeper of the next node in the
-  rendezvous ring (agent to agent, the same protocol and token), so a lost host leaves one copy;
-  a restarted node's workers fetch their parts from whichever keeper holds the newest complete
-  step (the ranks agree on it with one gather, as the worker side already does).
+every ``checkpoint.memory_every`` steps. On several nodes it listens on the node's address
+(``reach``), where the other nodes' workers reach it too (every request still proves the
+keeper's token, which only the job's workers learn), and holds, besides its own node's parts, a copy of the previous
+node's (``holds`` in a ``put``; ``training/snapshot_ring.py`` says who pushes what where), so a
+lost host leaves one copy of every part: a step is complete here when every part it is to hold
+has arrived, and ``newest`` says which parts those are.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from neural_arch.distributed.checkpoint.keeper_protocol import (
     send_line,
 )
 from neural_arch.distributed.launcher.job_token import HANDSHAKE_SECONDS, JobToken, challenge
+from neural_arch.distributed.launcher.listen import bind_listener
 
 
 @dataclass
@@ -65,6 +67,8 @@ class _Step:
     """One step's parts as they arrive (each in its own sealed memory file)."""
 
     parts: int
+    expect: frozenset[int]
+    """The parts this keeper holds of the step (all of them on one node)."""
     data: dict[int, Blob] = field(default_factory=dict)
 
     @property
@@ -73,7 +77,7 @@ class _Step:
 
     @property
     def complete(self) -> bool:
-        return len(self.data) == self.parts
+        return set(self.data) == self.expect
 
     def close(self) -> None:
         """Give the parts' memory back (a worker that opened one keeps its own reference)."""
@@ -84,9 +88,14 @@ class _Step:
 class SnapshotKeeper:
     """A TCP server (threads) holding the newest complete step of snapshots, ``capacity`` bytes at most."""
 
-    def __init__(self, token: JobToken, capacity: int, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.token, self.capacity = token, capacity
-        self._server = socket.create_server((host, port))
+    def __init__(
+        self, token: JobToken, capacity: int, host: str = "127.0.0.1", port: int = 0, reach: Optional[str] = None
+    ) -> None:
+        """``reach``: this node's address, where every node's workers connect (a multi-node job):
+        the keeper listens on it alone, never on every interface; else on ``host`` alone.
+        OSError where ``reach`` is not an address of this machine."""
+        self.token, self.capacity, self.reach = token, capacity, reach
+        self._server = bind_listener(reach, port) if reach else socket.create_server((host, port))
         self._lock = threading.Lock()
         self._complete: Optional[tuple[int, _Step]] = None
         self._pending: Optional[tuple[int, _Step]] = None
@@ -100,7 +109,7 @@ class SnapshotKeeper:
     @property
     def address(self) -> KeeperAddress:
         host, port = self._server.getsockname()[:2]
-        return KeeperAddress(host, port, self.token)
+        return KeeperAddress(host, port, self.token, self.reach)
 
     @property
     def newest(self) -> Optional[int]:
@@ -156,9 +165,11 @@ class SnapshotKeeper:
                 request = read_line(conn)
                 op = request.get("op")
                 if op == "put":
-                    self._put(conn, int(request["step"]), int(request["part"]), int(request["parts"]))
+                    parts = int(request["parts"])
+                    holds = frozenset(int(p) for p in request.get("holds", range(parts)))
+                    self._put(conn, int(request["step"]), int(request["part"]), parts, holds)
                 elif op == "newest":
-                    send_line(conn, {"step": self.newest})
+                    send_line(conn, self._newest())
                 elif op == "get":
                     self._get(conn, int(request["step"]), int(request["part"]))
                 elif op == "open":
@@ -168,8 +179,15 @@ class SnapshotKeeper:
             except (KeeperError, OSError, ValueError, KeyError, TypeError):
                 return  # a broken or hostile request: drop the connection, keep what is held
 
-    def _put(self, conn: socket.socket, step: int, part: int, parts: int) -> None:
-        why = self._refusal(step, part, parts)
+    def _newest(self) -> dict[str, object]:
+        with self._lock:
+            if self._complete is None:
+                return {"step": None}
+            step, held = self._complete
+            return {"step": step, "parts": held.parts, "held": sorted(held.expect)}
+
+    def _put(self, conn: socket.socket, step: int, part: int, parts: int, holds: frozenset[int]) -> None:
+        why = self._refusal(step, part, parts, holds)
         blob = Blob.new(f"neural_arch-snapshot-{step}-{part}")
         arrived = 0
         try:
@@ -181,7 +199,7 @@ class SnapshotKeeper:
                     arrived += len(frame)
             if why is None:
                 blob.seal()
-                why = self._store(step, part, parts, blob, arrived)
+                why = self._store(step, part, (parts, holds), blob, arrived)
             else:
                 self._release(arrived)
         except BaseException:
@@ -192,9 +210,11 @@ class SnapshotKeeper:
             blob.close()
         send_line(conn, {"error": why} if why else {"ok": True, "step": step, "part": part})
 
-    def _refusal(self, step: int, part: int, parts: int) -> Optional[str]:
-        if parts < 1 or not 0 <= part < parts:
-            return f"part {part} of {parts}: a part is 0 to parts - 1"
+    def _refusal(self, step: int, part: int, parts: int, holds: frozenset[int]) -> Optional[str]:
+        if parts < 1 or not 0 <= part < parts or not holds <= set(range(parts)):
+            return f"part {part} of {parts} (holds {sorted(holds)}): a part is 0 to parts - 1"
+        if part not in holds:
+            return f"part {part} is not among the parts {sorted(holds)} this keeper is to hold"
         with self._lock:
             if self._complete is not None and step <= self._complete[0]:
                 return f"step {step} is not newer than the complete step {self._complete[0]} held"
@@ -215,8 +235,12 @@ class SnapshotKeeper:
         with self._lock:
             self._incoming -= arrived
 
-    def _store(self, step: int, part: int, parts: int, blob: Blob, arrived: int) -> Optional[str]:
-        """Keep the arrived ``blob`` (its bytes move from arriving to held under one lock)."""
+    def _store(
+        self, step: int, part: int, shape: tuple[int, frozenset[int]], blob: Blob, arrived: int
+    ) -> Optional[str]:
+        """Keep the arrived ``blob`` (its bytes move from arriving to held under one lock);
+        ``shape``: (parts, the parts this keeper holds) of the step, as its push said."""
+        parts, holds = shape
         with self._lock:
             self._incoming -= arrived
             if self._complete is not None and step <= self._complete[0]:
@@ -224,10 +248,13 @@ class SnapshotKeeper:
             if self._pending is None or self._pending[0] != step:
                 if self._pending is not None:  # another step's parts were of an attempt that is over
                     self._pending[1].close()
-                self._pending = (step, _Step(parts))
+                self._pending = (step, _Step(parts, holds))
             pending = self._pending[1]
-            if pending.parts != parts:
-                return f"step {step} was pushed in {pending.parts} parts, now {parts}"
+            if (pending.parts, pending.expect) != (parts, holds):
+                return (
+                    f"step {step} was pushed in {pending.parts} parts (holding {sorted(pending.expect)}), "
+                    f"now {parts} (holding {sorted(holds)})"
+                )
             if part in pending.data:
                 pending.data[part].close()
             pending.data[part] = blob

@@ -9,14 +9,18 @@ Why in the launcher: a failure restarts every worker of the node (torch elastic)
 a worker dies with it; the launcher process, where torch elastic's agent runs, lives on while its
 workers are killed and restarted, so the keeper it holds (``checkpoint/memory_keeper.py``) still has
 the newest snapshot when the restarted workers ask for it (``training/memory_snapshot.py``).
-A node's loss takes its keeper with it: disk checkpoints stay the fallback.
+A node's loss takes its keeper with it; on several nodes each keeper also holds a copy of the
+previous node's parts (``training/snapshot_ring.py``), so one lost node loses no part; where
+more are lost, disk checkpoints stay the fallback.
 
 How the workers find it: the agent writes ``neural_arch.keeper`` (0600: host, port, token;
 ``checkpoint/keeper_file.py``) into the folder torch elastic makes for each worker of each attempt
 (that of its ``TORCHELASTIC_ERROR_FILE``), as torch makes the folder and before the worker
 starts. No environment variable carries it; a worker of torchrun's finds no file, takes no
 snapshots. Authentication: a random token made here for the keeper alone, never the job's token
-(docs/security.md: the job token is stored nowhere, and the keeper file is a file).
+(docs/security.md: the job token is stored nowhere, and the keeper file is a file). On several
+nodes the workers tell each other their keepers' addresses and tokens (one gather over their
+process group, ``training/snapshot_ring.py``): the job's workers, and only they, learn them.
 
 Bounded memory: the keeper holds at most ``capacity`` bytes (the newest complete step plus one
 arriving): ``KEEPER_SHARE`` of the host memory free to this launcher when the job starts
@@ -30,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -53,10 +58,22 @@ def keeper_capacity(room: Optional[StagingRoom] = None) -> int:
 
 
 @contextlib.contextmanager
-def node_keeper(capacity: Optional[int] = None) -> Iterator[KeeperAddress]:
-    """A keeper listening on loopback for this node's workers while the block runs; its address."""
+def node_keeper(capacity: Optional[int] = None, reach: Optional[str] = None) -> Iterator[KeeperAddress]:
+    """A keeper for this node's workers while the block runs; its address. ``reach`` (a multi-node
+    job: this node's address) lets the other nodes' workers reach it too, else it listens on loopback."""
     token = JobToken(secrets.token_hex(16), "the launcher's snapshot keeper")  # its own: see the docstring
-    with SnapshotKeeper(token, keeper_capacity() if capacity is None else capacity) as keeper:
+    capacity = keeper_capacity() if capacity is None else capacity
+    try:
+        keeper = SnapshotKeeper(token, capacity, reach=reach)
+    except OSError as exc:  # e.g. an FQDN that is not this machine's: this node's workers only
+        print(
+            f"launcher: note: the snapshot keeper cannot listen on {reach} ({exc.strerror or exc}): other "
+            "nodes keep no copy of this node's memory snapshots; pass --local-addr naming this machine",
+            file=sys.stderr,
+            flush=True,
+        )
+        keeper = SnapshotKeeper(token, capacity)
+    with keeper:
         yield keeper.address
 
 

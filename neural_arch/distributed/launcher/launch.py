@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import traceback
@@ -122,7 +123,7 @@ class DistributedLauncher:
             ScratchDir() as scratch,
             torch_elastic_logs(c.verbose),
             quiet_store_warnings(c.verbose),
-            node_keeper() as keeper,  # the workers' memory snapshots outlive them (keeper.py)
+            node_keeper(reach=self._keeper_reach()) as keeper,  # the workers' memory snapshots outlive them
         ):
             log_dir = Path(c.log_dir) if c.log_dir else scratch / "logs"
             clear_progress_markers(log_dir)  # an earlier job's, e.g. one whose launcher was killed
@@ -169,6 +170,12 @@ class DistributedLauncher:
             if result.is_failed():
                 return failed_job_exit(agent, log_dir, c.max_restarts, show_log_path=bool(c.log_dir))
         return 0
+
+    def _keeper_reach(self) -> Optional[str]:
+        """Where the other nodes' workers reach this node's keeper (None on one node): the
+        address the rendezvous gives this node, as torch elastic picks it (--local-addr, or the FQDN)."""
+        c = self.config
+        return None if c.max_nodes == 1 else (c.local_addr or socket.getfqdn())
 
     def _worker_environment(self) -> dict[str, str]:
         env = {

@@ -12,9 +12,9 @@ import socket
 import pytest
 
 from neural_arch.distributed.checkpoint.keeper_file import keeper_address, write_keeper_file
-from neural_arch.distributed.checkpoint.keeper_protocol import CHUNK, KeeperAddress, KeeperClient, KeeperError
+from neural_arch.distributed.checkpoint.keeper_protocol import CHUNK, HeldStep, KeeperAddress, KeeperClient, KeeperError
 from neural_arch.distributed.checkpoint.memory_keeper import SnapshotKeeper
-from neural_arch.distributed.launcher.job_token import ForeignJobError, JobToken
+from neural_arch.distributed.launcher.job_token import JobToken
 
 TOKEN = JobToken("job-a", "the test")
 
@@ -68,9 +68,9 @@ def test_a_push_over_capacity_is_refused_and_the_complete_step_stays(keeper):
 def test_another_jobs_token_gets_nothing(keeper):
     KeeperClient(keeper.address).put(3, 0, 1, [b"secret state"])
     other = KeeperClient(KeeperAddress(keeper.address.host, keeper.address.port, JobToken("job-b", "the test")))
-    with pytest.raises(ForeignJobError):
+    with pytest.raises(KeeperError, match="belongs to another job"):
         other.get(3, 0)
-    with pytest.raises(ForeignJobError):
+    with pytest.raises(KeeperError, match="belongs to another job"):
         other.put(6, 0, 1, [b"forged"])
     assert keeper.newest == 3
 
@@ -122,3 +122,55 @@ def test_a_worker_opens_the_keepers_own_sealed_file_which_outlives_the_step(keep
         os.close(fd)
     with pytest.raises(KeeperError, match="step 3 part 0 is not held complete"):
         client.open(3, 0)
+
+
+def test_a_keeper_that_holds_some_parts_completes_with_them_and_says_which(keeper):
+    """A node's keeper in a multi-node job holds its own ranks' parts and the previous node's
+    (``holds``): the step is complete when those arrived, and ``held`` says which they are."""
+    client = KeeperClient(keeper.address)
+    with pytest.raises(KeeperError, match=r"part 2 is not among the parts \[0, 1\]"):
+        client.put(4, 2, 4, [b"two"], holds=[0, 1])
+    client.put(4, 1, 4, [b"one"], holds=[0, 1])
+    assert client.held() is None
+    with pytest.raises(KeeperError, match=r"pushed in 4 parts \(holding \[0, 1\]\), now 4 \(holding \[1, 3\]\)"):
+        client.put(4, 3, 4, [b"three"], holds=[1, 3])
+    client.put(4, 0, 4, [b"zero"], holds=[0, 1])
+    held = client.held()
+    assert held == HeldStep(4, 4, (0, 1)) and held.has(4, 1) and not held.has(4, 2) and not held.has(3, 1)
+    assert client.newest() == 4 and client.get(4, 1) == b"one"
+
+
+def _own_address() -> str:
+    """This machine's address on its default route (a UDP connect sends nothing), or skip."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 9))
+            found = probe.getsockname()[0]
+        except OSError:
+            found = "127.0.0.1"
+    if found.startswith("127."):
+        pytest.skip("no non-loopback IPv4 address on this machine")
+    return found
+
+
+def test_a_keeper_other_nodes_reach_listens_beyond_loopback(tmp_path, monkeypatch):
+    """``reach`` (a multi-node job): the keeper listens on that address alone (here this
+    machine's own non-loopback one), every node's workers use it, and the keeper file carries it;
+    an address that is not this machine's cannot be listened on (OSError: the launcher then
+    keeps the keeper on loopback, with a note)."""
+    reach = _own_address()
+    with SnapshotKeeper(TOKEN, capacity=CHUNK, reach=reach) as keeper:
+        address = keeper.address
+        assert (address.host, address.reach, address.local_only) == (reach, reach, False)
+        KeeperClient(address).put(3, 0, 1, [b"here"])
+        assert KeeperClient(address).get(3, 0) == b"here"
+        with pytest.raises(KeeperError, match="cannot reach"):  # not on loopback, not on every interface
+            KeeperClient(KeeperAddress("127.0.0.1", address.port, TOKEN)).newest()
+        folder = tmp_path / "attempt_0" / "0"
+        write_keeper_file(folder, address)
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(folder / "error.json"))
+        found = keeper_address()
+        assert found is not None and (found.host, found.port, found.reach) == (reach, address.port, reach)
+        assert found.token.value == TOKEN.value
+    with pytest.raises(OSError):
+        SnapshotKeeper(TOKEN, capacity=CHUNK, reach="192.0.2.254")  # TEST-NET-1: never this machine's

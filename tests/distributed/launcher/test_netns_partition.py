@@ -191,9 +191,11 @@ def check_listeners(job: Job) -> str:
     """Where a running multi-node job listens, as ``ss`` sees it, against docs/security.md
     ("Several nodes", "Job tokens"): on loopback and the host's own address only, never on all
     interfaces; the rendezvous store on the host's address; the workers' gloo sockets on the
-    address of GLOO_SOCKET_IFNAME's interface (eth0); without a token, the launcher of rank 0's
-    node also serves the per-attempt worker store there (and, c10d, torch's bootstrap store);
-    with a token, whatever a launcher exposes opens with the token's challenge."""
+    address of GLOO_SOCKET_IFNAME's interface (eth0); every launcher's snapshot keeper there,
+    behind its own token's challenge (checkpoint/memory_keeper.py); without a job token, the
+    launcher of rank 0's node also serves the per-attempt worker store there (and, c10d,
+    torch's bootstrap store); with a token, whatever a launcher exposes opens with the token's
+    challenge."""
     master, rank0 = job.hosts[0], job.rank_host(0)
     seen = [(host, listening_in(host)) for host in job.hosts]
     for (host, sockets), launcher in zip(seen, (p.pid for p in job.procs)):
@@ -203,9 +205,12 @@ def check_listeners(job: Job) -> str:
         if [s for s in sockets if s[0] != launcher and s[1] != host.addr]:
             job.fail(f"{host.hostname}: a worker listens elsewhere than on {host.addr}: {sockets}")
         public = sorted(port for pid, addr, port in sockets if pid == launcher and addr == host.addr)
-        if job.token and not all(gate_asks_for_token(host, host.addr, port) for port in public):
+        gated = [port for port in public if gate_asks_for_token(host, host.addr, port)]
+        if job.token and gated != public:
             job.fail(f"{host.hostname}: a launcher port on {host.addr} without the token's gate: {sockets}")
-        stores = len(public) - (host is master)  # besides the rendezvous store
+        if not job.token and len(gated) != 1:  # the node's snapshot keeper: always behind its own token
+            job.fail(f"{host.hostname}: {len(gated)} gated ports on {host.addr}, not its snapshot keeper: {sockets}")
+        stores = len(public) - (host is master) - 1  # besides the rendezvous store and the snapshot keeper
         if not job.token and stores != (host is rank0) * (1 + bool(job.rdzv)):
             job.fail(f"{host.hostname}: {stores} stores on {host.addr} besides the rendezvous store: {sockets}")
     if (job.procs[0].pid, master.addr, job.port) not in seen[0][1]:
