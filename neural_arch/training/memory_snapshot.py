@@ -25,10 +25,10 @@ and restores its own part into the new layout's shards; exact on the same world 
 which is what a restart inside one launcher gives. Any other layout is refused in one line and
 the run resumes from disk (DCP reshards).
 
-Several nodes (``snapshot_ring.py``): each node's keeper holds a whole replicated state (every
-node's lowest rank pushes it) or its own ranks' shards plus the previous node's, so a lost
-host's replacement, or the survivors of an elastic job, find every part on a live node: a rank
-whose own keeper lacks its part fetches it from another node's over the network (``fetched``:
+Several nodes (``snapshot_ring.py``): every part is pushed to its node's keeper and the next
+node's (a replicated state by rank 0, a sharded one by every rank), so a lost host's
+replacement, or the survivors of an elastic job, find every part on a live node: a rank whose
+own keeper lacks its part fetches it from another node's over the network (``fetched``:
 ``peer``).
 """
 
@@ -69,7 +69,7 @@ class MemorySnapshots(Callback):
         self.room = room if room is not None else StagingRoom()
         self.components: Optional[TrainingComponents] = None
         self.pushed: list[int] = []
-        """Steps this rank pushed and the keeper accepted (rank 0: every due step that had room)."""
+        """Steps this rank pushed and its node's keeper accepted (a replicated state: rank 0 only)."""
         self.restored: Optional[int] = None
         """The step this run resumed from out of the keeper's memory (None: it did not)."""
         self.fetched: Optional[str] = None
@@ -110,8 +110,7 @@ class MemorySnapshots(Callback):
         self.ring = SnapshotRing.gather(self.client.address, self._held())
         if not allowed:
             return None
-        parts = nd.get_world_size() if components.sharded_checkpoints else 1
-        chosen = self._newest(components, parts) if nd.get_rank() == 0 else None
+        chosen = self._newest(components, self._parts(components)) if nd.get_rank() == 0 else None
         step = cast(Optional[int], nd.all_gather_object(chosen)[0])
         if step is None:  # rank 0's answer: every rank restores the same step, or none does
             return None
@@ -120,7 +119,7 @@ class MemorySnapshots(Callback):
         why: Optional[str] = None
         try:
             state = self._fetch(step, nd.get_rank() if components.sharded_checkpoints else REPLICATED_PART, where)
-        except KeeperError as exc:
+        except (KeeperError, OSError, ValueError) as exc:  # e.g. the peer that held it died meanwhile
             why = f"rank {nd.get_rank()}: {exc}"
         failed = _first(why)
         if failed is not None:  # every rank goes to the disk together, or none does
@@ -145,7 +144,7 @@ class MemorySnapshots(Callback):
         stays a copy-on-write view), else loaded from its bytes over the connection, or from
         another node's keeper where this node's lacks it. KeeperError: none of these."""
         assert self.ring is not None
-        own, address = self.ring.source(step, part)
+        own, address = self.ring.source(step, part, self._parts(self.components))
         if address is None:
             raise KeeperError(f"no keeper holds step {step} part {part}")
         if not own:
@@ -170,13 +169,18 @@ class MemorySnapshots(Callback):
         finally:
             os.close(fd)  # the mapping holds the file from here on
 
+    @staticmethod
+    def _parts(components: Optional[TrainingComponents]) -> int:
+        """How many parts a snapshot of this run has: one per rank (sharded) or one."""
+        return nd.get_world_size() if components is not None and components.sharded_checkpoints else 1
+
     def _held(self) -> Optional[HeldStep]:
-        """What this node's keeper holds complete (None: nothing, or it cannot be reached: rank 0
-        says so in one line)."""
+        """What this node's keeper holds complete (None: nothing, or it cannot be asked: said in
+        one line by the node's rank that asked, the others go on with the other nodes' keepers)."""
         try:
             return self.client.held()
-        except KeeperError as exc:
-            self._say("resume", f"no memory snapshot in this node's keeper ({exc})")
+        except (KeeperError, OSError, ValueError) as exc:
+            self._say("keeper", f"this node's snapshot keeper cannot be asked ({exc})", anywhere=True)
             return None
 
     def _newest(self, components: TrainingComponents, parts: int) -> Optional[int]:
@@ -233,9 +237,9 @@ class MemorySnapshots(Callback):
             client = self.client if i == 0 else KeeperClient(address)
             try:
                 client.put(step, part[0], part[1], serialized(staged), holds)
-            except (KeeperError, OSError) as exc:
+            except (KeeperError, OSError, ValueError) as exc:
                 self._say(
-                    "push",
+                    f"push {address.where}",
                     f"memory snapshot of step {step} not kept at {address.where} ({exc}); the disk checkpoint "
                     "stays the fallback",
                     anywhere=True,

@@ -77,8 +77,10 @@ class HeldStep:
     parts: int
     held: tuple[int, ...]
 
-    def has(self, step: int, part: int) -> bool:
-        return self.step == step and part in self.held
+    def has(self, step: int, part: int, parts: int) -> bool:
+        """Whether it holds ``part`` of ``step`` as pushed in ``parts`` parts (a step of the same
+        number from another world size is another snapshot)."""
+        return (self.step, self.parts) == (step, parts) and part in self.held
 
 
 def send_line(sock: socket.socket, message: dict[str, Any]) -> None:

@@ -10,12 +10,11 @@ Why here: a failure restarts every worker of the group (torch elastic), so a cop
 worker's memory dies with it. The node's launcher agent survives its workers: it holds the copy
 (Gemini-style: the host's CPU memory) and the restarted workers read it back instead of a file.
 
-What it holds: per step, ``parts`` parts (the worker side, ``training/memory_snapshot.py``,
-pushes one part for a replicated DDP state, rank 0's; a sharded layout pushes one per rank).
-The newest step that has every part is *complete* and is what ``get`` serves; at most one other
-step is pending (a push of step S drops any pending step but S, so parts of an attempt that
-died are never mixed in with another step). A step that completes replaces the complete one.
-A push of a step at or below the complete one is refused (stale).
+What it holds: per step, the parts it is to hold of ``parts`` (``training/snapshot_ring.py``: a
+replicated state is one part, rank 0's; a sharded one, a part per rank). The newest step of which
+all those arrived is *complete* and is what ``get`` serves; at most one other step is pending
+(a push of another step, or of the same step in another shape, drops it: parts of an attempt
+that died are never mixed in). A push at or below the complete step is refused (stale).
 
 Bounded footprint: at most ``capacity`` bytes of snapshot data (complete + pending, counted as
 frames arrive), so with ``capacity`` = 2 x one step's snapshot the newest step is kept while the
@@ -34,15 +33,13 @@ workers end (their next restart): the keeper counts those bytes against ``capaci
 Where it runs: the launcher starts one per node for the job's lifetime (``launcher/keeper.py``)
 and leaves its address in each worker's folder (``keeper_file.py``); the trainer pushes to it
 every ``checkpoint.memory_every`` steps. On several nodes it listens on the node's address
-(``reach``), where the other nodes' workers reach it too (every request still proves the
-keeper's token, which only the job's workers learn), and holds, besides its own node's parts, a copy of the previous
-node's (``holds`` in a ``put``; ``training/snapshot_ring.py`` says who pushes what where), so a
-lost host leaves one copy of every part: a step is complete here when every part it is to hold
-has arrived, and ``newest`` says which parts those are.
+(``reach``; every request still proves the keeper's token, which only the job's workers learn),
+where the next node's workers push their copies too, so a lost host leaves a copy of each part.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import threading
@@ -60,6 +57,9 @@ from neural_arch.distributed.checkpoint.keeper_protocol import (
 )
 from neural_arch.distributed.launcher.job_token import HANDSHAKE_SECONDS, JobToken, challenge
 from neural_arch.distributed.launcher.listen import bind_listener
+
+MAX_PARTS = 1 << 17
+"""The most parts a step may have (one per rank): a larger count in a request is refused."""
 
 
 @dataclass
@@ -96,6 +96,8 @@ class SnapshotKeeper:
         OSError where ``reach`` is not an address of this machine."""
         self.token, self.capacity, self.reach = token, capacity, reach
         self._server = bind_listener(reach, port) if reach else socket.create_server((host, port))
+        if reach and ipaddress.ip_address(self._server.getsockname()[0]).is_loopback:
+            self.reach = None  # e.g. a host name that /etc/hosts maps to 127.0.1.1: this machine's alone
         self._lock = threading.Lock()
         self._complete: Optional[tuple[int, _Step]] = None
         self._pending: Optional[tuple[int, _Step]] = None
@@ -166,6 +168,8 @@ class SnapshotKeeper:
                 op = request.get("op")
                 if op == "put":
                     parts = int(request["parts"])
+                    if not 1 <= parts <= MAX_PARTS:
+                        raise ValueError(f"parts={parts}")  # a hostile count: no set of that size is built
                     holds = frozenset(int(p) for p in request.get("holds", range(parts)))
                     self._put(conn, int(request["step"]), int(request["part"]), parts, holds)
                 elif op == "newest":
@@ -211,7 +215,7 @@ class SnapshotKeeper:
         send_line(conn, {"error": why} if why else {"ok": True, "step": step, "part": part})
 
     def _refusal(self, step: int, part: int, parts: int, holds: frozenset[int]) -> Optional[str]:
-        if parts < 1 or not 0 <= part < parts or not holds <= set(range(parts)):
+        if not 0 <= part < parts or any(not 0 <= p < parts for p in holds):
             return f"part {part} of {parts} (holds {sorted(holds)}): a part is 0 to parts - 1"
         if part not in holds:
             return f"part {part} is not among the parts {sorted(holds)} this keeper is to hold"
@@ -245,20 +249,17 @@ class SnapshotKeeper:
             self._incoming -= arrived
             if self._complete is not None and step <= self._complete[0]:
                 return f"step {step} is not newer than the complete step {self._complete[0]} held"
-            if self._pending is None or self._pending[0] != step:
-                if self._pending is not None:  # another step's parts were of an attempt that is over
-                    self._pending[1].close()
+            pending = self._pending
+            if pending is None or pending[0] != step or (pending[1].parts, pending[1].expect) != (parts, holds):
+                if pending is not None:  # another step's parts, or another shape's: an attempt that is over
+                    pending[1].close()
                 self._pending = (step, _Step(parts, holds))
-            pending = self._pending[1]
-            if (pending.parts, pending.expect) != (parts, holds):
-                return (
-                    f"step {step} was pushed in {pending.parts} parts (holding {sorted(pending.expect)}), "
-                    f"now {parts} (holding {sorted(holds)})"
-                )
-            if part in pending.data:
-                pending.data[part].close()
-            pending.data[part] = blob
-            if pending.complete:
+            assert self._pending is not None
+            pending_step = self._pending[1]
+            if part in pending_step.data:
+                pending_step.data[part].close()
+            pending_step.data[part] = blob
+            if pending_step.complete:
                 if self._complete is not None:
                     self._complete[1].close()
                 self._complete, self._pending = self._pending, None

@@ -67,8 +67,9 @@ def node_keeper(capacity: Optional[int] = None, reach: Optional[str] = None) -> 
         keeper = SnapshotKeeper(token, capacity, reach=reach)
     except OSError as exc:  # e.g. an FQDN that is not this machine's: this node's workers only
         print(
-            f"launcher: note: the snapshot keeper cannot listen on {reach} ({exc.strerror or exc}): other "
-            "nodes keep no copy of this node's memory snapshots; pass --local-addr naming this machine",
+            f"launcher: note: the snapshot keeper cannot listen on {reach} ({exc.strerror or exc}): it serves "
+            "this node's workers only and keeps no copy of another node's snapshots; pass --local-addr naming "
+            "this machine",
             file=sys.stderr,
             flush=True,
         )

@@ -6,15 +6,23 @@ process, a keeper thread on 127.0.0.1; under 2 s).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 
 import pytest
 
 from neural_arch.distributed.checkpoint.keeper_file import keeper_address, write_keeper_file
-from neural_arch.distributed.checkpoint.keeper_protocol import CHUNK, HeldStep, KeeperAddress, KeeperClient, KeeperError
+from neural_arch.distributed.checkpoint.keeper_protocol import (
+    CHUNK,
+    HeldStep,
+    KeeperAddress,
+    KeeperClient,
+    KeeperError,
+    send_line,
+)
 from neural_arch.distributed.checkpoint.memory_keeper import SnapshotKeeper
-from neural_arch.distributed.launcher.job_token import JobToken
+from neural_arch.distributed.launcher.job_token import JobToken, respond
 
 TOKEN = JobToken("job-a", "the test")
 
@@ -126,18 +134,25 @@ def test_a_worker_opens_the_keepers_own_sealed_file_which_outlives_the_step(keep
 
 def test_a_keeper_that_holds_some_parts_completes_with_them_and_says_which(keeper):
     """A node's keeper in a multi-node job holds its own ranks' parts and the previous node's
-    (``holds``): the step is complete when those arrived, and ``held`` says which they are."""
+    (``holds``): the step is complete when those arrived, and ``held`` says which they are. A
+    push of the same step in another shape (an attempt at another world size) drops the pending
+    parts of the old one; a hostile part count is refused without building anything of its size."""
     client = KeeperClient(keeper.address)
     with pytest.raises(KeeperError, match=r"part 2 is not among the parts \[0, 1\]"):
         client.put(4, 2, 4, [b"two"], holds=[0, 1])
-    client.put(4, 1, 4, [b"one"], holds=[0, 1])
+    client.put(4, 3, 4, [b"three, of an attempt that died"], holds=[1, 3])
+    client.put(4, 1, 4, [b"one"], holds=[0, 1])  # another shape: replaces the pending step 4
     assert client.held() is None
-    with pytest.raises(KeeperError, match=r"pushed in 4 parts \(holding \[0, 1\]\), now 4 \(holding \[1, 3\]\)"):
-        client.put(4, 3, 4, [b"three"], holds=[1, 3])
     client.put(4, 0, 4, [b"zero"], holds=[0, 1])
     held = client.held()
-    assert held == HeldStep(4, 4, (0, 1)) and held.has(4, 1) and not held.has(4, 2) and not held.has(3, 1)
-    assert client.newest() == 4 and client.get(4, 1) == b"one"
+    assert held == HeldStep(4, 4, (0, 1)) and held.has(4, 1, 4)
+    assert not held.has(4, 2, 4) and not held.has(3, 1, 4) and not held.has(4, 1, 2)  # 2 parts: another snapshot
+    assert client.newest() == 4 and client.get(4, 1) == b"one" and keeper.held_bytes == len(b"onezero")
+    with socket.create_connection((keeper.address.host, keeper.address.port), timeout=5) as sock:
+        respond(sock, TOKEN, keeper.address.where)
+        send_line(sock, {"op": "put", "step": 9, "part": 0, "parts": 10**12})
+        assert sock.recv(100) == b""  # dropped at once
+    assert client.newest() == 4
 
 
 def _own_address() -> str:
@@ -174,3 +189,5 @@ def test_a_keeper_other_nodes_reach_listens_beyond_loopback(tmp_path, monkeypatc
         assert found.token.value == TOKEN.value
     with pytest.raises(OSError):
         SnapshotKeeper(TOKEN, capacity=CHUNK, reach="192.0.2.254")  # TEST-NET-1: never this machine's
+    with SnapshotKeeper(TOKEN, capacity=CHUNK, reach="localhost") as keeper:  # a name for loopback
+        assert keeper.address.local_only and ipaddress.ip_address(keeper.address.host).is_loopback

@@ -93,7 +93,7 @@ def test_a_lost_host_is_named_the_survivor_goes_on_alone_and_the_host_rejoins_ex
         b.kill_all()
         (gate / f"hold_{CUT}").unlink()  # A's rank goes on into the next step's collectives
         a_log = procs[0].log_path  # type: ignore[attr-defined]
-        # (a) named by A's launcher, then A goes on alone from the newest disk checkpoint
+        # (a) named by A's launcher, then A goes on alone from its keeper's snapshot of step 10
         wait_until(lambda: silent_for(a_log.read_text(), b) >= 0, f"line naming {b.addr}", 180, procs)
         named = silent_for(a_log.read_text(), b)  # B's last keep-alive was sent before the cut: N bounds cut -> line
         assert named <= NAMED_WITHIN, output(procs)
