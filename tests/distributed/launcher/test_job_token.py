@@ -185,9 +185,10 @@ def test_the_token_never_crosses_the_network_and_only_the_hmac_reads_it():
         if ".value" in line and "token" in line
     ]
     assert readers == [
-        # the snapshot keeper's own random token (launcher/keeper.py makes it; never the job's) in its 0600 file
+        # the snapshot keeper's own random token (launcher/keeper.py makes it; never the job's) in its 0600
+        # file (the workers also tell each other their keepers' addresses, tokens included: snapshot_ring.py)
         "distributed/checkpoint/keeper_file.py: "
-        'text = json.dumps({"host": address.host, "port": address.port, "token": address.token.value})',
+        'found = {"host": address.host, "port": address.port, "token": address.token.value, "reach": address.reach}',
         "distributed/launcher/job_token.py: "
         "return hmac.new(token.value.encode(), role + host_nonce + node_nonce, hashlib.sha256).digest()",
     ]
