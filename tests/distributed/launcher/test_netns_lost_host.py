@@ -88,7 +88,9 @@ def test_a_lost_host_is_named_the_survivor_goes_on_alone_and_the_host_rejoins_ex
         assert ref.returncode == 0, ref.stderr
         wait_until(lambda: last_step(run) >= JOIN, f"A alone at step {JOIN}", 240, procs)
         procs.append(start_node(b, a, port, tmp_path, "", FLAGS, ARGS))
-        wait_until(lambda: last_step(run) >= CUT and "world 2" in starts(run)[-1], f"2 ranks at step {CUT}", 240, procs)
+        # both ranks held after step CUT, so past the step's snapshot (its collectives need B alive)
+        held = [gate / f"holding_{CUT}_{rank}" for rank in range(2)]
+        wait_until(lambda: all(h.exists() for h in held), f"2 ranks held after step {CUT}", 240, procs)
         b.drop(True)  # host B vanishes: no packet in or out, and nothing of it runs
         b.kill_all()
         (gate / f"hold_{CUT}").unlink()  # A's rank goes on into the next step's collectives
@@ -97,7 +99,8 @@ def test_a_lost_host_is_named_the_survivor_goes_on_alone_and_the_host_rejoins_ex
         wait_until(lambda: silent_for(a_log.read_text(), b) >= 0, f"line naming {b.addr}", 180, procs)
         named = silent_for(a_log.read_text(), b)  # B's last keep-alive was sent before the cut: N bounds cut -> line
         assert named <= NAMED_WITHIN, output(procs)
-        wait_until(lambda: last_step(run) >= REJOIN and "world 1" in starts(run)[-1], "A alone", 240, procs)
+        wait_until(lambda: (gate / f"holding_{REJOIN}_0").exists(), f"A alone, held after step {REJOIN}", 240, procs)
+        assert "world 1" in starts(run)[-1], output(procs)
         # (b) B is back: its link up, its launcher started again; it joins, and the group grows to 2
         b.drop(False)
         procs.append(start_node(b, a, port, tmp_path, "-again", FLAGS, ARGS))
