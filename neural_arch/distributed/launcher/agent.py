@@ -27,8 +27,7 @@ this subclass changes these things, each for a restart that otherwise fails:
    no checkpoint was saved in between, the remaining restarts are dropped
    (``restart_policy.py``; single-node jobs only, since the agents of other nodes could not
    learn of it and would wait in the next rendezvous). A restart it does make is announced
-   in one line: who failed first and how, the others' collateral errors, the next attempt
-   (``blame.restart_notice``).
+   in one line (``blame.restart_notice``), unless the rendezvous is gone (rendezvous_probe.py).
 6. **A stopped worker does not delay the end**: once a worker fails, the others are sent
    SIGCONT before torch's SIGTERM, which a SIGSTOPped process would hold for torch's 30 s
    grace period (``stopping.py``).
@@ -64,6 +63,7 @@ from neural_arch.distributed.launcher.job_token import JobToken
 from neural_arch.distributed.launcher.listen import LOOPBACK, serving_store
 from neural_arch.distributed.launcher.log_format import attempt_id
 from neural_arch.distributed.launcher.records import FailureRecord
+from neural_arch.distributed.launcher.rendezvous_probe import raise_if_rendezvous_lost
 from neural_arch.distributed.launcher.restart_policy import (
     failed_alike,
     repeated_failure,
@@ -257,6 +257,7 @@ class RobustElasticAgent(LocalElasticAgent):
                 )
             self._apply_restart_policy()
             if self._remaining_restarts > 0:
+                raise_if_rendezvous_lost(worker_group)  # node 0 gone: that one line, not a restart's
                 self._announce_restart()
         return result
 

@@ -443,8 +443,13 @@ def test_two_static_nodes_without_a_port_meet_at_torchruns_29500(tmp_path):
 
 
 @pytest.mark.multiprocess
-def test_losing_the_c10d_host_is_one_line_on_the_other_node(tmp_path):
-    """torchrun prints two C++ TCPStore warnings (30 frames each) and a Python traceback here."""
+@pytest.mark.parametrize("monitor_interval", ["0.1", "10"])
+def test_losing_the_c10d_host_is_one_line_on_the_other_node(tmp_path, monitor_interval):
+    """torchrun prints two C++ TCPStore warnings (30 frames each) and a Python traceback here.
+
+    With 10 s between health checks the other node's worker has mostly failed (its peer is gone)
+    before its launcher looks: a restart must not be announced for it (found by CI, where a busy
+    machine made the default 0.1 s race the same way)."""
     (tmp_path / "loop.py").write_text(LOOP)
     port = free_port()
     common = [
@@ -455,6 +460,7 @@ def test_losing_the_c10d_host_is_one_line_on_the_other_node(tmp_path):
         f"--rdzv-endpoint=127.0.0.1:{port}",
         "--rdzv-id=contract-test",
         "--max-restarts=1",
+        f"--monitor-interval={monitor_interval}",
         "loop.py",
     ]
     env = environment(PYTHONUNBUFFERED="1")
