@@ -1,4 +1,5 @@
-"""No compiler import in an eager run, with the same numbers (lazy_dynamo.py).
+"""No compiler import in an eager run, with the same numbers (lazy_dynamo.py); no DTensor import
+in a replicated one (snapshot_parts.py).
 
 Run: ``.venv/bin/python -m pytest tests/training/test_lazy_dynamo.py``
 Each case runs in a fresh interpreter (``torch._dynamo`` is imported for good once imported):
@@ -89,10 +90,13 @@ from neural_arch.training.trainer import train
 cfg = load_config("configs/tiny.yaml", ["training.steps=2", "run.dir={tmp_path / "run"}"])
 train(cfg)
 print("compiler imported:", "torch._dynamo" in sys.modules)
+print("DTensor imported:", "torch.distributed.tensor" in sys.modules, "sympy:", "sympy" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "compiler imported: False" in done.stdout
+    # a replicated run holds no DTensor: its import (0.7 s, sympy with it) is for sharded layouts
+    assert "DTensor imported: False sympy: False" in done.stdout, done.stdout
 
 
 def ddp_worker(rank: int, world_size: int, lazy: bool) -> dict:
