@@ -12,7 +12,6 @@ Used by trainer.py, on every rank with its share of the same global batch::
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from typing import Any, ContextManager, Optional
 
@@ -23,6 +22,7 @@ from neural_arch.distributed.parallel.placement.base import OwnStep, Placement
 from neural_arch.distributed.parallel.weighting import data_parallel_loss, pad_rows
 from neural_arch.training.builders import autocast_context
 from neural_arch.training.components import TrainingComponents
+from neural_arch.training.snapshot_parts import is_dtensor
 from neural_arch.training.typed_config import ConfigError
 
 
@@ -169,10 +169,10 @@ def padded(batch: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]
 
 def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """The 2-norm of all gradients together; sharded (DTensor) ones count every shard once."""
-    if not any(_is_dtensor(g) for g in grads):
+    if not any(is_dtensor(g) for g in grads):
         return torch.nn.utils.get_total_norm(grads)
     norms = [torch.linalg.vector_norm(g) for g in grads]
-    return torch.linalg.vector_norm(torch.stack([n.full_tensor() if _is_dtensor(n) else n for n in norms]))
+    return torch.linalg.vector_norm(torch.stack([n.full_tensor() if is_dtensor(n) else n for n in norms]))
 
 
 def clip_to(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
@@ -180,19 +180,12 @@ def clip_to(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> 
     clip_grad_norm_). Parameters, not gradients: torch's function reads ``p.grad`` and skips a
     tensor without one, so given the gradients themselves it silently scaled nothing."""
     grads = [p.grad for p in params if p.grad is not None]
-    if not any(_is_dtensor(g) for g in grads):
+    if not any(is_dtensor(g) for g in grads):
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
         return
     scale = min(1.0, max_norm / (float(norm) + 1e-6))  # torch's formula; a plain float suits every shard
     for g in grads:
         g.mul_(scale)
-
-
-def _is_dtensor(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is a DTensor, without importing DTensor (1-3 s at start-up): none can
-    exist unless its module was loaded (by a sharded layout)."""
-    module = sys.modules.get("torch.distributed.tensor")
-    return module is not None and isinstance(tensor, module.DTensor)
 
 
 def _non_finite(components: TrainingComponents, local: torch.Tensor) -> None:
